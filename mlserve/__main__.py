@@ -1,0 +1,3 @@
+from mlserve.cli import main
+
+main()

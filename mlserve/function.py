@@ -1,0 +1,316 @@
+"""The serving function: what a user builds in a notebook, tests in-process,
+exports, and deploys (S6).
+
+    fn = mlserve.new_function("f")
+    fn.add_model("m1", model_path=".", class_name=MyModel, multiplier=100)
+    server = fn.to_mock_server()
+    server.test("/v2/models/m1/infer", body={"inputs": [5]})
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import inspect
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict
+from mlserve.server.graph_server import GraphServer
+
+__all__ = ["ServingFunction", "code_to_function", "import_function", "new_function"]
+
+TOPOLOGIES = ("router", "flow")
+
+
+class FunctionMetadata:
+    def __init__(self, name: str, project: str = "default", tag: str = "") -> None:
+        self.name = name
+        self.project = project
+        self.tag = tag
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "project": self.project, "tag": self.tag}
+
+
+class FunctionSpec:
+    """What a function serves and how; ``fn.spec``."""
+
+    def __init__(self) -> None:
+        self.graph: BaseStep | None = None
+        self.parameters: dict[str, Any] = {}
+        self.load_mode: str | None = None
+        self.default_content_type: str | None = None
+        self.track_models: bool = False
+        self.tracking: dict[str, Any] = {}
+        self.function_refs: dict[str, dict[str, Any]] = {}
+        self.source: str = ""
+        self.filename: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        struct: dict[str, Any] = {
+            "graph": self.graph.to_dict() if self.graph is not None else None,
+            "parameters": self.parameters,
+            "load_mode": self.load_mode,
+            "default_content_type": self.default_content_type,
+            "track_models": self.track_models,
+            "tracking": self.tracking,
+            "function_refs": self.function_refs,
+            "filename": self.filename,
+        }
+        if self.source:
+            struct["build"] = {"functionSourceCode": base64.b64encode(self.source.encode()).decode()}
+        return {key: value for key, value in struct.items() if value not in (None, "", {}, False)}
+
+    @classmethod
+    def from_dict(cls, struct: dict[str, Any]) -> FunctionSpec:
+        spec = cls()
+        graph = struct.get("graph")
+        spec.graph = step_from_dict(graph) if graph else None
+        spec.parameters = dict(struct.get("parameters") or {})
+        spec.load_mode = struct.get("load_mode")
+        spec.default_content_type = struct.get("default_content_type")
+        spec.track_models = bool(struct.get("track_models", False))
+        spec.tracking = dict(struct.get("tracking") or {})
+        spec.function_refs = dict(struct.get("function_refs") or {})
+        spec.filename = struct.get("filename") or ""
+        code = (struct.get("build") or {}).get("functionSourceCode")
+        spec.source = base64.b64decode(code).decode() if code else ""
+        return spec
+
+
+class ServingFunction:
+    """A serving function: a graph of models and steps, with its settings."""
+
+    kind = "serving"
+
+    def __init__(self, name: str, project: str = "default", tag: str = "") -> None:
+        self.metadata = FunctionMetadata(name, project, tag)
+        self.spec = FunctionSpec()
+        self._namespace: dict[str, Any] | None = None
+        self._deployment: Any = None
+
+    @property
+    def uri(self) -> str:
+        """``project/function[:tag]``."""
+        tag = f":{self.metadata.tag}" if self.metadata.tag else ""
+        return f"{self.metadata.project}/{self.metadata.name}{tag}"
+
+    # ---- building the graph ------------------------------------------------
+
+    def set_topology(
+        self,
+        topology: str | None = None,
+        class_name: str | type | Any = None,
+        engine: str | None = None,
+        exist_ok: bool = False,
+        **class_args: Any,
+    ) -> BaseStep:
+        """Set the graph's root: a router (``class_name`` picks the router class,
+        or an instance such as ``VotingEnsemble(...)``) or a flow of steps."""
+        topology = topology or "router"
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"unknown topology '{topology}', use one of {TOPOLOGIES}")
+        if self.spec.graph is not None and exist_ok:
+            return self.spec.graph
+        if topology == "router":
+            self.spec.graph = RouterStep(class_name=class_name, class_args=class_args)
+        else:
+            from mlserve.graph.flow import RootFlowStep
+
+            self.spec.graph = RootFlowStep(engine=engine or "sync")
+        return self.spec.graph
+
+    def add_model(
+        self,
+        key: str,
+        model_path: str | None = None,
+        class_name: str | type | Any = None,
+        model_url: str | None = None,
+        handler: str | None = None,
+        router_step: str | None = None,
+        child_function: str | None = None,
+        **class_args: Any,
+    ) -> TaskStep:
+        """Add a model (a route) to the function's router.
+
+        ``key`` may be ``name:version``; ``class_name`` a class name
+        (``"Cls"``, ``"pkg.mod.Cls"``), a class or an instance; the other
+        keyword arguments are the model's parameters. Without a graph a router
+        is created; on a flow the model joins its router (``router_step=``
+        names it when there are several).
+        """
+        if model_url and model_path:
+            raise ValueError("give model_path or model_url, not both")
+        router = self._router(router_step)
+        if model_path is not None:
+            class_args["model_path"] = str(model_path)
+        if model_url:
+            class_args["url"] = model_url
+            class_name = class_name or "mlserve.graph.remote.RemoteModel"
+        if class_name is None:
+            raise ValueError(f"model '{key}' needs a class_name")
+        if isinstance(class_name, (str, type)):
+            class_args.setdefault("protocol", "v2")
+        route = TaskStep(class_name, class_args, handler=handler, function=child_function)
+        return router.add_route(key, route)
+
+    def _router(self, router_step: str | None) -> RouterStep:
+        graph = self.spec.graph
+        if graph is None:
+            graph = self.set_topology("router")
+        if isinstance(graph, RouterStep):
+            return graph
+        find = getattr(graph, "find_router", None)
+        if find is None:
+            raise ValueError("the graph has no router to add a model to")
+        return find(router_step)  # type: ignore[no-any-return]
+
+    def set_tracking(
+        self,
+        stream_path: str | None = None,
+        batch: int | None = None,
+        sample: int | None = None,
+        stream_args: dict[str, Any] | None = None,
+        enable_tracking: bool = True,
+    ) -> None:
+        """Log every prediction to a stream and register the models as endpoints (S8, S9)."""
+        self.spec.track_models = enable_tracking
+        tracking = {"stream_path": stream_path, "batch": batch, "sample": sample, "stream_args": stream_args}
+        self.spec.tracking = {key: value for key, value in tracking.items() if value is not None}
+
+    def add_child_function(self, name: str, url: str | None = None, image: str | None = None,
+                           requirements: list[str] | None = None, kind: str | None = None) -> None:
+        """Declare a child function that runs the graph's steps marked ``function=name``."""
+        ref = {"url": url, "image": image, "requirements": requirements, "kind": kind}
+        self.spec.function_refs[name] = {key: value for key, value in ref.items() if value is not None}
+
+    # ---- running ---------------------------------------------------------------
+
+    def to_mock_server(
+        self,
+        namespace: dict[str, Any] | None = None,
+        current_function: str = "*",
+        track_models: bool = False,
+        **kwargs: Any,
+    ) -> GraphServer:
+        """An in-process server of this function, ready for ``test()``."""
+        server = self.to_graph_server(current_function=current_function, track_models=track_models, **kwargs)
+        namespace = {**(self._namespace or {}), **(namespace or _caller_globals())}
+        server.init_states(namespace=namespace, is_mock=True)
+        server.init_object(namespace)
+        return server
+
+    def to_graph_server(self, **kwargs: Any) -> GraphServer:
+        """A GraphServer of this function's graph and settings (not yet initialised)."""
+        options = {
+            "parameters": self.spec.parameters,
+            "load_mode": self.spec.load_mode,
+            "default_content_type": self.spec.default_content_type,
+            "track_models": self.spec.track_models,
+            "tracking": self.spec.tracking,
+            "project": self.metadata.project,
+            "function_name": self.metadata.name,
+            "function_tag": self.metadata.tag,
+            **kwargs,
+        }
+        graph = self.spec.graph
+        if graph is not None and not _has_instances(graph):
+            graph = copy.deepcopy(graph)  # each server builds live objects of its own
+        return GraphServer(graph, **options)
+
+    @property
+    def namespace(self) -> dict[str, Any]:
+        """Where class names resolve: the function's source file, if any."""
+        if self._namespace is None and self.spec.source:
+            self._namespace = _exec_source(self.spec.source, self.metadata.name)
+        return self._namespace or {}
+
+    # ---- description -------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "metadata": self.metadata.to_dict(), "spec": self.spec.to_dict()}
+
+    @classmethod
+    def from_dict(cls, struct: dict[str, Any]) -> ServingFunction:
+        metadata = struct.get("metadata") or {}
+        fn = cls(metadata.get("name", ""), metadata.get("project", "default"), metadata.get("tag", ""))
+        fn.spec = FunctionSpec.from_dict(struct.get("spec") or {})
+        if fn.spec.source:
+            fn._namespace = _exec_source(fn.spec.source, fn.metadata.name)
+        return fn
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def export(self, target: str = "") -> str:
+        """Write the whole function (graph included) as YAML; returns the path."""
+        path = Path(target or f"function-{self.metadata.name}.yaml")
+        path.write_text(self.to_yaml() if path.suffix != ".json" else json.dumps(self.to_dict(), indent=2))
+        return str(path)
+
+
+def _has_instances(step: BaseStep) -> bool:
+    if getattr(step, "_instance", None) is not None:
+        return True
+    children = list(getattr(step, "routes", {}).values()) + list(getattr(step, "steps", {}).values())
+    return any(_has_instances(child) for child in children)
+
+
+def _caller_globals() -> dict[str, Any]:
+    """The globals of the code that called into mlserve (a notebook, a script)."""
+    frame = inspect.currentframe()
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("mlserve"):
+        frame = frame.f_back
+    return dict(frame.f_globals) if frame is not None else {}
+
+
+def _exec_source(source: str, name: str) -> dict[str, Any]:
+    """Run a function's source file as a module of its own; its names are the namespace."""
+    module_name = f"mlserve_fn_{name.replace('-', '_')}"
+    module = types.ModuleType(module_name)
+    sys.modules[module_name] = module
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - the user's own code
+    return module.__dict__
+
+
+def new_function(name: str, project: str = "default", kind: str = "serving", tag: str = "") -> ServingFunction:
+    """A new, empty serving function."""
+    _check_kind(kind)
+    return ServingFunction(name, project, tag)
+
+
+def code_to_function(
+    name: str = "",
+    filename: str = "",
+    kind: str = "serving",
+    project: str = "default",
+    tag: str = "",
+    **kwargs: Any,
+) -> ServingFunction:
+    """A serving function whose code is a Python file: its classes and handlers
+    are where ``class_name`` strings resolve, and travel with the export."""
+    _check_kind(kind)
+    path = Path(filename)
+    fn = ServingFunction(name or path.stem, project, tag)
+    fn.spec.source = path.read_text()
+    fn.spec.filename = str(path)
+    fn._namespace = _exec_source(fn.spec.source, fn.metadata.name)
+    return fn
+
+
+def import_function(path: str) -> ServingFunction:
+    """Load a function exported with ``fn.export()`` (YAML or JSON)."""
+    text = Path(path).read_text()
+    struct = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    return ServingFunction.from_dict(struct)
+
+
+def _check_kind(kind: str) -> None:
+    if kind != "serving":
+        raise ValueError(f"only kind='serving' functions are supported, got '{kind}'")

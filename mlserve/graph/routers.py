@@ -1,0 +1,221 @@
+"""Routers: which route (model) handles an event, by the URL grammar of S4.
+
+    GET  /, /v2/health               router metadata
+    GET  /v2/health/live | ready     liveness, readiness of every model
+    GET  /v2                         server metadata
+    GET  /v2/models                  listing
+    ...  /v2/models/<m>[/versions/<v>][/<op>]   the model, with path <op>
+    POST /  {"model": "m[:v]", ...}  stream form: routed by the body
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from mlserve.context import GraphContext
+from mlserve.protocol.errors import ModelNotFound
+from mlserve.protocol.tensors import loads
+from mlserve.server.aio import drive
+from mlserve.server.events import Event, Response
+
+__all__ = ["BaseModelRouter", "ModelRouter", "SERVER_NAME", "server_metadata"]
+
+SERVER_NAME = "mlserve"
+
+# Extensions of the V2 protocol this server implements (GET /v2 lists them).
+EXTENSIONS = ["binary_tensor_data"]
+
+
+def server_metadata() -> dict[str, Any]:
+    from mlserve import __version__
+
+    return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+
+
+def highest_version(versions: list[str]) -> str:
+    """The highest version: numeric order when all are numbers, else string order."""
+    if all(v.isdigit() for v in versions):
+        return max(versions, key=int)
+    return max(versions)
+
+
+def sorted_versions(versions: list[str]) -> list[str]:
+    if all(v.isdigit() for v in versions):
+        return sorted(versions, key=int)
+    return sorted(versions)
+
+
+class BaseModelRouter:
+    """The URL grammar of S4; subclasses choose the route (``select``)."""
+
+    def __init__(
+        self,
+        context: GraphContext | None = None,
+        name: str | None = None,
+        routes: dict[str, Any] | None = None,
+        protocol: str | None = None,
+        url_prefix: str | None = None,
+        health_prefix: str | None = None,
+        input_path: str | None = None,
+        result_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.context = context or GraphContext()
+        self.name = name
+        self.routes: dict[str, Any] = routes or {}
+        self.protocol = protocol or "v2"
+        self.url_prefix = (url_prefix or f"/{self.protocol}/models").rstrip("/")
+        self.health_prefix = (health_prefix or f"/{self.protocol}/health").rstrip("/")
+        self.inputs_key = "instances" if self.protocol == "v1" else "inputs"
+        self._input_path = input_path
+        self._result_path = result_path
+        self._kwargs = kwargs
+
+    def post_init(self, mode: str = "sync") -> None:
+        """Tell each model the versions of its name that this router serves."""
+        versions: dict[str, list[str]] = {}
+        for key in self.routes:
+            name, _, version = key.partition(":")
+            if version:
+                versions.setdefault(name, []).append(version)
+        for model in self.iter_models():
+            if model.name in versions:
+                model.versions = sorted_versions(versions[model.name])
+
+    def iter_models(self) -> Iterator[Any]:
+        for route in self.routes.values():
+            yield from route.iter_models()
+
+    # ---- metadata and health ---------------------------------------------------
+
+    def get_metadata(self) -> dict[str, Any]:
+        return {"name": type(self).__name__, "version": "v2", "extensions": list(EXTENSIONS)}
+
+    def is_ready(self) -> bool:
+        models = list(self.iter_models())
+        return bool(models) and all(model.ready for model in models)
+
+    def list_models(self) -> dict[str, Any]:
+        return {"models": list(self.routes)}
+
+    def _health(self, path: str) -> Any:
+        sub = path[len(self.health_prefix):].strip("/")
+        if sub == "live":
+            return {"live": True}
+        if sub == "ready":
+            ready = self.is_ready()
+            return Response({"ready": ready}, status_code=200 if ready else 503)
+        if sub == "":
+            return self.get_metadata()
+        raise ModelNotFound(f"unknown health path {path}")
+
+    def _answer_without_route(self, event: Event, path: str) -> Any:
+        """The answer to paths no route handles, or None to route the event."""
+        if event.method == "GET":
+            if path in ("", "/"):
+                return self.get_metadata()
+            if path == self.health_prefix or path.startswith(self.health_prefix + "/"):
+                return self._health(path)
+            if path == f"/{self.protocol}":
+                return server_metadata()
+        if path in ("", "/") or path == self.url_prefix or path.startswith(self.url_prefix + "/"):
+            return None
+        raise ModelNotFound(f"illegal path {path}, must start with {self.url_prefix}")
+
+    # ---- dispatch ----------------------------------------------------------------
+
+    def parse_body(self, event: Event) -> Any:
+        """A body not yet parsed: an image becomes ``inputs: [bytes]``, else JSON."""
+        body = event.body
+        if isinstance(body, (bytes, bytearray, memoryview, str)):
+            if (event.content_type or "").startswith("image/"):
+                return {self.inputs_key: [bytes(body) if not isinstance(body, str) else body.encode()]}
+            return loads(body)
+        return body
+
+    def preprocess(self, event: Event) -> Event:
+        return event
+
+    def postprocess(self, event: Event) -> Event:
+        return event
+
+    def do_event(self, event: Event, *args: Any, **kwargs: Any) -> Event:
+        """Handle an event synchronously: routes run through their sync API."""
+        return drive(self._handle(event, _run_sync))
+
+    async def do_event_async(self, event: Event) -> Event:
+        return await self._handle(event, _run_async)
+
+    async def _handle(self, event: Event, run: Any) -> Event:
+        event = self.preprocess(event)
+        path = (event.path or "/").rstrip("/") or "/"
+        if event.body is not None and event.method != "GET":
+            event.body = self.parse_body(event)
+        answer = self._answer_without_route(event, path)
+        if answer is not None:
+            event.terminated = True
+            event.body = answer
+            return event
+        return self.postprocess(await self.route_event(event, path, run))
+
+    async def route_event(self, event: Event, path: str, run: Any) -> Event:
+        raise NotImplementedError
+
+
+async def _run_sync(route: Any, event: Event) -> Event:
+    return route.run(event)  # type: ignore[no-any-return]
+
+
+async def _run_async(route: Any, event: Event) -> Event:
+    return await route.run_async(event)  # type: ignore[no-any-return]
+
+
+_VERSIONED = re.compile(r"^(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/(?P<op>.*))?$")
+
+
+class ModelRouter(BaseModelRouter):
+    """Routes ``/v2/models/<m>[/versions/<v>]/<op>`` (or a body's ``model``) to a model."""
+
+    async def route_event(self, event: Event, path: str, run: Any) -> Event:
+        resolved = self.select(event, path)
+        if resolved is None:
+            event.terminated = True
+            event.body = self.list_models()
+            return event
+        key, route, op = resolved
+        event.path = op
+        return await run(route, event)  # type: ignore[no-any-return]
+
+    def select(self, event: Event, path: str) -> tuple[str, Any, str] | None:
+        """``(route key, route, operation path)``; None asks for the listing."""
+        body = event.body if isinstance(event.body, dict) else {}
+        sub = path[len(self.url_prefix):].strip("/") if path.startswith(self.url_prefix) else ""
+        if sub:
+            match = _VERSIONED.match(sub)
+            if match is None:
+                raise ModelNotFound(f"illegal path {path}")
+            model, version, op = match["model"], match["version"], match["op"] or ""
+            key = f"{model}:{version}" if version else model
+        elif path.startswith(self.url_prefix) and event.method == "GET":
+            return None
+        else:
+            if not self.routes:
+                raise ModelNotFound("no models are served")
+            key = str(body.get("model") or next(iter(self.routes)))
+            op = ""
+        key = self.resolve_key(key)
+        return key, self.routes[key], op
+
+    def resolve_key(self, key: str) -> str:
+        """The route key for ``key``: as is, or an unversioned name's highest version."""
+        if key in self.routes:
+            return key
+        if ":" not in key:
+            versions = [k.partition(":")[2] for k in self.routes if k.partition(":")[0] == key]
+            if versions:
+                return f"{key}:{highest_version(versions)}"
+        models = " | ".join(self.routes)
+        raise ModelNotFound(f"model {key} doesn't exist, available models: {models}")
+

@@ -1,0 +1,378 @@
+"""Graph steps: the description a user builds and exports, and the live objects
+built from it at ``init_object``.
+
+A step's description is its declared fields (``fields``), written by
+``to_dict()`` and read by ``from_dict()``; ``init_object`` turns it into the
+object that handles events (a model, a router, a handler).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from mlserve.context import GraphContext
+from mlserve.protocol.errors import InvalidInput
+from mlserve.server.aio import drive, run_in_threadpool
+from mlserve.server.events import Event
+
+__all__ = [
+    "MAX_ROUTES",
+    "BaseStep",
+    "RouterStep",
+    "StepKinds",
+    "TaskStep",
+    "class_reference",
+    "construct",
+    "resolve_class",
+    "step_from_dict",
+]
+
+MAX_ROUTES = 4500
+
+
+class StepKinds:
+    """Registry of step classes by ``kind``; a duplicate kind is an error."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, type[BaseStep]] = {}
+
+    def register(self, cls: type[BaseStep]) -> type[BaseStep]:
+        if cls.kind in self._kinds:
+            raise ValueError(f"step kind '{cls.kind}' is registered twice")
+        self._kinds[cls.kind] = cls
+        return cls
+
+    def get(self, kind: str) -> type[BaseStep]:
+        try:
+            return self._kinds[kind]
+        except KeyError:
+            raise ValueError(f"unknown step kind '{kind}', known: {sorted(self._kinds)}") from None
+
+
+step_kinds = StepKinds()
+
+
+def step_from_dict(struct: dict[str, Any], name: str | None = None) -> BaseStep:
+    """Rebuild a step of any kind from its ``to_dict()`` form."""
+    kind = struct.get("kind", "task")
+    return step_kinds.get(kind).from_dict(struct, name=name)
+
+
+def class_reference(cls: type) -> str:
+    """The name a class is exported under: dotted when importable, else short."""
+    module = cls.__module__
+    if module in ("__main__", "builtins") or module.startswith("mlserve_fn_"):
+        return cls.__name__
+    return f"{module}.{cls.__qualname__}"
+
+
+def resolve_class(name: str | type, namespace: dict[str, Any] | None = None) -> Any:
+    """A class or callable from a name: the namespace first, then a dotted import,
+    then mlserve's own classes (so exported graphs of built-ins load anywhere)."""
+    if not isinstance(name, str):
+        return name
+    if namespace and name in namespace:
+        return namespace[name]
+    if "." in name:
+        module_name, _, attr = name.rpartition(".")
+        try:
+            return getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot import '{name}': {exc}") from exc
+    import mlserve
+
+    if hasattr(mlserve, name):
+        return getattr(mlserve, name)
+    raise ValueError(f"'{name}' is not in the namespace, and not an importable dotted name")
+
+
+def construct(cls: type, kwargs: dict[str, Any], **injected: Any) -> Any:
+    """Instantiate ``cls`` with ``kwargs``, adding each injected argument
+    (``context``, ``name``, ...) only when the constructor accepts it."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return cls(**kwargs)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    args = dict(kwargs)
+    for key, value in injected.items():
+        if (key in params or takes_any) and key not in args:
+            args[key] = value
+    return cls(**args)
+
+
+class BaseStep:
+    """A node of the serving graph."""
+
+    kind: ClassVar[str] = "base"
+    fields: ClassVar[tuple[str, ...]] = ("after", "function", "comment")
+
+    def __init__(self, name: str | None = None, after: list[str] | None = None) -> None:
+        self.name = name
+        self.after: list[str] = list(after or [])
+        self.function: str | None = None
+        self.comment: str | None = None
+        self.context: GraphContext | None = None
+        self._parent: BaseStep | None = None
+
+    # ---- description -------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        struct: dict[str, Any] = {"kind": self.kind}
+        for field in self.fields:
+            value = self._field_value(field)
+            if value not in (None, "", [], {}):
+                struct[field] = value
+        return struct
+
+    def _field_value(self, field: str) -> Any:
+        return getattr(self, field, None)
+
+    @classmethod
+    def from_dict(cls, struct: dict[str, Any], name: str | None = None) -> BaseStep:
+        step = cls(name=name or struct.get("name"))
+        for field in cls.fields:
+            if field in struct:
+                step._set_field(field, struct[field])
+        return step
+
+    def _set_field(self, field: str, value: Any) -> None:
+        setattr(self, field, value)
+
+    # ---- runtime -------------------------------------------------------------
+
+    def init_object(
+        self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync", **kwargs: Any
+    ) -> None:
+        """Build the live object of this step."""
+        self.context = context
+
+    async def run_async(self, event: Event) -> Event:
+        raise NotImplementedError
+
+    def run(self, event: Event) -> Event:
+        """Handle an event synchronously."""
+        return drive(self.run_async(event))
+
+    def iter_models(self) -> Iterator[Any]:
+        """The model objects (``V2ModelServer``) in and below this step."""
+        return iter(())
+
+    @property
+    def fullname(self) -> str:
+        parent = self._parent
+        if parent is not None and parent.name and parent._parent is not None:
+            return f"{parent.fullname}.{self.name}"
+        return self.name or ""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_dict()!r})"
+
+
+@step_kinds.register
+class TaskStep(BaseStep):
+    """A step that runs a class (``do_event`` / ``do``) or a handler."""
+
+    kind = "task"
+    fields = (
+        "class_name",
+        "class_args",
+        "handler",
+        "full_event",
+        "input_path",
+        "result_path",
+        "responder",
+        "on_error",
+        *BaseStep.fields,
+    )
+
+    def __init__(
+        self,
+        class_name: str | type | Any = None,
+        class_args: dict[str, Any] | None = None,
+        handler: str | Callable[..., Any] | None = None,
+        name: str | None = None,
+        after: list[str] | None = None,
+        full_event: bool | None = None,
+        function: str | None = None,
+        input_path: str | None = None,
+        result_path: str | None = None,
+        responder: bool | None = None,
+    ) -> None:
+        super().__init__(name, after)
+        self.class_args: dict[str, Any] = dict(class_args or {})
+        self.class_name: Any = class_name
+        self._instance: Any = None
+        if class_name is not None and not isinstance(class_name, (str, type)):
+            self._instance = class_name
+            self.class_name = type(class_name)
+            self.class_args = {**_instance_args(class_name), **self.class_args}
+        self.handler = handler
+        self.full_event = full_event
+        self.function = function
+        self.input_path = input_path
+        self.result_path = result_path
+        self.responder = responder
+        self.on_error: str | None = None
+        self._object: Any = None
+        self._call: Callable[[Event], Any] | None = None
+
+    def _field_value(self, field: str) -> Any:
+        value = getattr(self, field, None)
+        if field == "class_name" and isinstance(value, type):
+            return class_reference(value)
+        if field == "handler" and callable(value):
+            return getattr(value, "__name__", str(value))
+        return value
+
+    @property
+    def object(self) -> Any:
+        """The live object (after ``init_object``)."""
+        return self._object
+
+    def init_object(
+        self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync", **kwargs: Any
+    ) -> None:
+        super().init_object(context, namespace, mode)
+        if self._instance is not None:
+            self._object = self._instance
+            _adopt(self._object, context, self.name)
+        elif self.class_name:
+            cls = resolve_class(self.class_name, namespace)
+            self._object = construct(
+                cls,
+                self.class_args,
+                context=context,
+                name=self.name,
+                input_path=self.input_path,
+                result_path=self.result_path,
+            )
+        if self._object is not None and hasattr(self._object, "post_init"):
+            self._object.post_init(mode)
+        self._call = self._make_call()
+
+    def _make_call(self) -> Callable[[Event], Any]:
+        obj = self._object
+        if obj is not None and hasattr(obj, "do_event_async"):
+            return obj.do_event_async  # type: ignore[no-any-return]
+        if obj is not None and hasattr(obj, "do_event"):
+            return lambda event: run_in_threadpool(obj.do_event, event)
+        raise ValueError(f"step '{self.name}' has no class with do_event(); handlers belong in a flow")
+
+    async def run_async(self, event: Event) -> Event:
+        assert self._call is not None, f"step '{self.name}' is not initialised"
+        return await self._call(event)  # type: ignore[no-any-return]
+
+    def iter_models(self) -> Iterator[Any]:
+        if self._object is not None and hasattr(self._object, "get_metadata"):
+            yield self._object
+
+
+def _instance_args(obj: Any) -> dict[str, Any]:
+    """The class_args that rebuild an instance given as ``class_name``."""
+    to_args = getattr(obj, "to_class_args", None)
+    return dict(to_args()) if to_args else {}
+
+
+def _adopt(obj: Any, context: GraphContext, name: str | None) -> None:
+    """Give an instance built by the user the graph's context and its route name."""
+    if hasattr(obj, "context"):
+        obj.context = context
+    if name and hasattr(obj, "name") and not getattr(obj, "name", None):
+        obj.name = name
+
+
+@step_kinds.register
+class RouterStep(TaskStep):
+    """A router of routes (models), ``ModelRouter`` by default."""
+
+    kind = "router"
+    fields = ("routes", *TaskStep.fields)
+
+    def __init__(
+        self,
+        class_name: str | type | Any = None,
+        class_args: dict[str, Any] | None = None,
+        handler: str | None = None,
+        routes: dict[str, TaskStep] | None = None,
+        name: str | None = None,
+        function: str | None = None,
+        input_path: str | None = None,
+        result_path: str | None = None,
+        after: list[str] | None = None,
+    ) -> None:
+        super().__init__(class_name, class_args, handler, name, after, function=function,
+                         input_path=input_path, result_path=result_path)
+        self._routes: dict[str, TaskStep] = {}
+        for key, route in (routes or {}).items():
+            self.add_route(key, route)
+
+    @property
+    def routes(self) -> dict[str, TaskStep]:
+        return self._routes
+
+    def _field_value(self, field: str) -> Any:
+        if field == "routes":
+            return {key: route.to_dict() for key, route in self._routes.items()}
+        return super()._field_value(field)
+
+    def _set_field(self, field: str, value: Any) -> None:
+        if field == "routes":
+            for key, route in value.items():
+                self.add_route(key, step_from_dict(route, name=key))
+        else:
+            super()._set_field(field, value)
+
+    def add_route(
+        self,
+        key: str,
+        route: TaskStep | None = None,
+        class_name: str | type | Any = None,
+        handler: str | None = None,
+        function: str | None = None,
+        **class_args: Any,
+    ) -> TaskStep:
+        """Add (or replace) the route ``key``: a step, or a class with its args."""
+        if key not in self._routes and len(self._routes) >= MAX_ROUTES:
+            raise InvalidInput(f"a router holds at most {MAX_ROUTES} routes")
+        if route is None:
+            route = TaskStep(class_name, class_args, handler=handler, function=function)
+        route.name = key
+        route._parent = self
+        self._routes[key] = route
+        return route
+
+    def clear_children(self, routes: list[str]) -> None:
+        for key in routes:
+            self._routes.pop(key, None)
+
+    def __getitem__(self, key: str) -> TaskStep:
+        return self._routes[key]
+
+    def init_object(
+        self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync", **kwargs: Any
+    ) -> None:
+        self.context = context
+        for route in self._routes.values():
+            route.init_object(context, namespace, mode)
+        from mlserve.graph.routers import ModelRouter
+
+        if self._instance is not None:
+            self._object = self._instance
+            self._object.routes = self._routes
+            _adopt(self._object, context, self.name)
+        else:
+            cls = resolve_class(self.class_name, namespace) if self.class_name else ModelRouter
+            self._object = construct(
+                cls, self.class_args, context=context, name=self.name, routes=self._routes,
+                input_path=self.input_path, result_path=self.result_path,
+            )
+        self._object.post_init(mode)
+        self._call = self._object.do_event_async
+
+    def iter_models(self) -> Iterator[Any]:
+        for route in self._routes.values():
+            yield from route.iter_models()

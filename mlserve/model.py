@@ -1,0 +1,369 @@
+"""``V2ModelServer``: the class a user subclasses to serve one model (S2).
+
+The user writes ``load()`` and ``predict()``; everything else here turns one
+event into one call of those hooks and one answer:
+
+    preprocess -> validate -> predict | explain -> postprocess
+
+The dispatch is written once, as a coroutine. The sync API (``do_event``)
+drives it synchronously; the async API (``do_event_async``) runs it on the
+loop when ``predict`` is a coroutine, else in the worker pool in one hop, so
+sync user code never runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mlserve.context import GraphContext
+from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
+from mlserve.protocol.forms import (
+    InferenceRequest,
+    build_outputs,
+    check_declared_inputs,
+    decode_request,
+)
+from mlserve.protocol.paths import get_path, set_path
+from mlserve.server.aio import drive, run_in_threadpool
+from mlserve.server.events import HTTP_TRIGGERS, Event, Response
+
+__all__ = ["V2ModelServer"]
+
+logger = logging.getLogger("mlserve.model")
+
+# How long an event from a stream trigger waits for a model still loading.
+DEFAULT_LOAD_WAIT_SECONDS = 300.0
+
+
+class _SyncRunner:
+    """Runs hooks directly: the dispatch driven by ``do_event``."""
+
+    @staticmethod
+    async def user(fn: Callable[..., Any], *args: Any) -> Any:
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_awaited(result))
+        return result
+
+    block = user
+
+
+class _AsyncRunner:
+    """Awaits coroutine hooks on the loop; blocking waits go to the pool."""
+
+    @staticmethod
+    async def user(fn: Callable[..., Any], *args: Any) -> Any:
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    @staticmethod
+    async def block(fn: Callable[..., Any], *args: Any) -> Any:
+        return await run_in_threadpool(fn, *args)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def split_name(name: str | None) -> tuple[str, str]:
+    """``"m:v"`` -> ``("m", "v")``; without a colon the version is ``""``."""
+    if name and ":" in name:
+        model, version = name.split(":", 1)
+        return model, version
+    return name or "", ""
+
+
+class V2ModelServer:
+    """Base class of a served model.
+
+    Subclass it, write ``load()`` (set ``self.model``) and ``predict(request)``
+    (return the outputs), and add it to a function::
+
+        class MyModel(V2ModelServer):
+            def load(self):
+                self.model = joblib.load(self.get_model(".pkl")[0])
+
+            def predict(self, request):
+                return self.model.predict(request["inputs"]).tolist()
+
+        fn.add_model("m1", model_path="model/", class_name=MyModel)
+
+    Keyword arguments beyond the named ones are the model's parameters
+    (``get_param``). ``inputs`` / ``outputs``, when given (or set in
+    ``load()``), declare the tensors as ``[{"name", "datatype", "shape"}]``
+    (shape with -1 for any size): requests are checked against them and
+    model metadata reports them.
+    """
+
+    platform = ""
+    """Shown as ``platform`` in model metadata (e.g. ``tensorflow_savedmodel``)."""
+
+    def __init__(
+        self,
+        context: GraphContext | None = None,
+        name: str | None = None,
+        model_path: str | None = None,
+        model: Any = None,
+        protocol: str | None = None,
+        input_path: str | None = None,
+        result_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.name, self.version = split_name(name)
+        self.context = context or GraphContext()
+        self.model_path = model_path
+        self.protocol = protocol or "v2"
+        self.inputs: list[dict[str, Any]] = list(kwargs.pop("inputs", None) or [])
+        self.outputs: list[dict[str, Any]] = list(kwargs.pop("outputs", None) or [])
+        self.versions: list[str] = [self.version] if self.version else []
+        self.model_spec: Any = None
+        self.metrics: dict[str, Any] = {}
+        self.labels: dict[str, Any] = dict(kwargs.pop("labels", None) or {})
+        self.model_logger: Any = None
+        self.model_endpoint_uid: str | None = None
+        self.error = ""
+        self.ready = False
+        self._input_path = input_path
+        self._result_path = result_path
+        self._kwargs = kwargs
+        self._loaded = threading.Event()
+        self.model = model
+        if model is not None:
+            self._mark_ready()
+
+    # ---- lifecycle ---------------------------------------------------------
+
+    def load(self) -> None:
+        """Load the model into ``self.model``; runs once at start."""
+
+    def post_init(self, mode: str = "sync") -> None:
+        """Load the model: now (``"sync"``) or in a background thread (``"async"``)."""
+        if self.ready:
+            return
+        if mode == "async":
+            threading.Thread(target=self._load_and_update_state, daemon=True, name=f"load-{self.name}").start()
+        else:
+            self._load_and_update_state()
+
+    def _load_and_update_state(self) -> None:
+        started = time.perf_counter()
+        try:
+            self.load()
+        except Exception as exc:  # a failing model stays not ready; the others serve
+            self.error = f"{type(exc).__name__}: {exc}"
+            logger.exception("failed to load model %s", self.name)
+            self._loaded.set()
+            return
+        self.load_seconds = time.perf_counter() - started
+        self._mark_ready()
+
+    def _mark_ready(self) -> None:
+        self.error = ""
+        self.ready = True
+        self._loaded.set()
+
+    # ---- parameters, metrics, files ---------------------------------------
+
+    def get_param(self, key: str, default: Any = None) -> Any:
+        """A model parameter (constructor keyword), else the function's parameter."""
+        if key in self._kwargs:
+            return self._kwargs[key]
+        return self.context.get_param(key, default)
+
+    def set_metric(self, name: str, value: Any) -> None:
+        """Attach a metric to the next model-log record."""
+        self.metrics[name] = value
+
+    def get_model(self, suffix: str = "") -> tuple[str, dict[str, str]]:
+        """Resolve ``model_path`` to ``(model_file, extra_data)``.
+
+        A file is the model file; in a folder, the first file (by name) ending
+        in ``suffix`` is, and the folder's other files are ``extra_data``
+        (``{file name: path}``).
+        """
+        if not self.model_path:
+            raise ValueError(f"model {self.name} has no model_path")
+        path = Path(os.path.expanduser(self.model_path))
+        if path.is_file():
+            return str(path), {}
+        if not path.is_dir():
+            raise FileNotFoundError(f"model_path {self.model_path} does not exist")
+        files = sorted(p for p in path.iterdir() if p.is_file())
+        matches = [p for p in files if p.name.endswith(suffix)]
+        if not matches:
+            raise FileNotFoundError(f"no file ending in '{suffix}' in {self.model_path}")
+        model_file = matches[0]
+        extra = {p.name: str(p) for p in files if p != model_file}
+        return str(model_file), extra
+
+    # ---- user hooks ----------------------------------------------------------
+
+    def preprocess(self, request: dict[str, Any], operation: str) -> dict[str, Any]:
+        """Change the request before validation and predict."""
+        return request
+
+    def validate(self, request: dict[str, Any], operation: str) -> dict[str, Any]:
+        """Check the request; raise to reject it with a 400."""
+        if self.protocol == "v2":
+            if not isinstance(request, dict) or "inputs" not in request:
+                raise InvalidInput('Expected key "inputs" in request body')
+            if isinstance(request, InferenceRequest):
+                if self.inputs:
+                    check_declared_inputs(request.tensors, self.inputs)
+            elif not isinstance(request["inputs"], list):
+                raise InvalidInput('Expected "inputs" to be a list')
+        return request
+
+    def predict(self, request: dict[str, Any]) -> Any:
+        """Return the outputs for ``request["inputs"]``."""
+        raise NotImplementedError(f"model {self.name} has no predict()")
+
+    def explain(self, request: dict[str, Any]) -> Any:
+        """Return an explanation for ``request["inputs"]``."""
+        raise NotImplementedError(f"model {self.name} has no explain()")
+
+    def postprocess(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Change the response envelope before it is returned and logged."""
+        return response
+
+    def logged_results(
+        self, request: dict[str, Any], response: dict[str, Any], op: str
+    ) -> tuple[Any, Any]:
+        """Return ``(inputs, outputs)`` to log instead of the real ones; ``(None, None)`` logs the real ones."""
+        return None, None
+
+    def to_class_args(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this model (for export)."""
+        args: dict[str, Any] = {"model_path": self.model_path, "protocol": self.protocol}
+        args.update(self._kwargs)
+        for key, value in (("inputs", self.inputs), ("outputs", self.outputs), ("labels", self.labels),
+                           ("input_path", self._input_path), ("result_path", self._result_path)):
+            if value:
+                args[key] = value
+        return {key: value for key, value in args.items() if value is not None}
+
+    # ---- metadata ------------------------------------------------------------
+
+    def get_metadata(self) -> dict[str, Any]:
+        """Model metadata of S4."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "versions": list(self.versions),
+            "platform": self.platform,
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+        }
+
+    # ---- dispatch --------------------------------------------------------------
+
+    def do_event(self, event: Event, *args: Any, **kwargs: Any) -> Event:
+        """Handle one event synchronously (mlrun's entry point)."""
+        return drive(self._dispatch(event, _SyncRunner))
+
+    async def do_event_async(self, event: Event) -> Event:
+        """Handle one event from the loop: sync models run in the pool in one hop."""
+        if inspect.iscoroutinefunction(self.predict):
+            return await self._dispatch(event, _AsyncRunner)
+        return await run_in_threadpool(self.do_event, event)
+
+    async def _dispatch(self, event: Event, runner: Any) -> Event:
+        body = get_path(event.body, self._input_path)
+        op = (event.path or "").strip("/")
+        event_id = event.id
+        if isinstance(body, dict):
+            op = op or str(body.get("operation") or "")
+            event_id = body.get("id", event_id)
+        if not op and event.method != "GET":
+            op = "infer"
+        if op in ("infer", "predict", "explain"):
+            response: Any = await self._infer(event, body, op, event_id, runner)
+        elif event.method == "GET" and op == "":
+            response = self.get_metadata()
+        elif event.method == "GET" and op == "ready":
+            event.terminated = True
+            status = 200 if self.ready else 503
+            event.body = Response({"name": self.name, "ready": self.ready}, status_code=status)
+            return event
+        elif hasattr(self, f"op_{op}"):
+            response = await runner.user(getattr(self, f"op_{op}"), event)
+        else:
+            raise IllegalOperation(f"illegal model operation '{op}', method={event.method}")
+        event.body = set_path(event.body, self._result_path, response)
+        return event
+
+    async def _wait_ready(self, event: Event, runner: Any) -> None:
+        if self.ready:
+            return
+        if self._loaded.is_set() or event.trigger.kind in HTTP_TRIGGERS:
+            reason = f": {self.error}" if self.error else " yet"
+            raise ModelNotReady(f"model {self.name} is not ready{reason}")
+        timeout = float(self.context.get_param("load_wait_timeout", DEFAULT_LOAD_WAIT_SECONDS))
+        logger.info("event %s waits for model %s to load", event.id, self.name)
+        await runner.block(self._loaded.wait, timeout)
+        if not self.ready:
+            raise ModelNotReady(f"model {self.name} did not become ready: {self.error or 'timeout'}")
+
+    async def _infer(self, event: Event, body: Any, op: str, event_id: Any, runner: Any) -> Any:
+        await self._wait_ready(event, runner)
+        start = datetime.now(timezone.utc)
+        clock = time.perf_counter()
+        if not isinstance(body, dict):
+            raise InvalidInput(f"the request body must be a JSON object, got {type(body).__name__}")
+        request: Any = body
+        try:
+            request = decode_request(body)
+            request = self._validated(self.preprocess(request, op), op)
+            hook = self.explain if op == "explain" else self.predict
+            outputs = await runner.user(hook, request)
+            response = self.postprocess(self._envelope(request, outputs, event_id, start, op))
+        except Exception as exc:
+            if self.model_logger is not None:
+                self.model_logger.push_error(self, start, request, op, exc)
+            raise
+        if self.model_logger is not None:
+            self._log(start, clock, request, response, op)
+        return response
+
+    def _validated(self, request: Any, op: str) -> Any:
+        """``validate``, where any exception is a rejected request: a 400."""
+        try:
+            return self.validate(request, op)
+        except MLServeError:
+            raise
+        except Exception as exc:
+            raise InvalidInput(f"{type(exc).__name__}: {exc}") from exc
+
+    def _envelope(self, request: Any, outputs: Any, event_id: Any, start: datetime, op: str) -> dict[str, Any]:
+        response: dict[str, Any] = {"id": event_id, "model_name": self.name}
+        if self.version:
+            response["model_version"] = self.version
+        if isinstance(request, InferenceRequest):
+            default_name = self.outputs[0]["name"] if self.outputs else "output-0"
+            response["outputs"] = build_outputs(outputs, request, default_name)
+        else:
+            response["outputs"] = outputs
+            if op != "explain":
+                response["timestamp"] = start.isoformat(sep=" ", timespec="microseconds")
+        return response
+
+    def _log(self, start: datetime, clock: float, request: Any, response: Any, op: str) -> None:
+        microsec = int((time.perf_counter() - clock) * 1_000_000)
+        inputs, outputs = self.logged_results(request, response, op)
+        if inputs is not None or outputs is not None:
+            request = {"id": request.get("id"), "inputs": inputs or []}
+            response = {"outputs": outputs or []}
+        metrics, self.metrics = self.metrics, {}
+        self.model_logger.push(self, start, request, response, op, microsec, metrics)
+

@@ -1,0 +1,108 @@
+"""Every error mlserve answers with, and the status it answers with.
+
+The class carries its HTTP status; faces read ``exc.status_code`` and never
+choose a code themselves. gRPC codes come from the one table below.
+
+    MLServeError (500)
+    ├── InvalidInput (400)         bad JSON, missing/malformed inputs, shape or datatype mismatch
+    │   └── IllegalOperation (400) no such operation on a model
+    ├── Unauthorized (401)
+    ├── ModelNotFound (404)        unknown model, version or path
+    ├── PayloadTooLarge (413)
+    ├── TooManyRequests (429)
+    ├── ModelError (500)           the model's own code raised
+    ├── NotSupported (501)
+    ├── ModelNotReady (503)
+    └── Timeout (504)
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+__all__ = [
+    "GRPC_CODES",
+    "IllegalOperation",
+    "InvalidInput",
+    "MLServeError",
+    "ModelError",
+    "ModelNotFound",
+    "ModelNotReady",
+    "NotSupported",
+    "PayloadTooLarge",
+    "Timeout",
+    "TooManyRequests",
+    "Unauthorized",
+    "error_body",
+    "status_of",
+]
+
+
+class MLServeError(Exception):
+    """Base of every error with a defined answer."""
+
+    status_code: HTTPStatus = HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+class InvalidInput(MLServeError):
+    status_code = HTTPStatus.BAD_REQUEST
+
+
+class IllegalOperation(InvalidInput):
+    pass
+
+
+class Unauthorized(MLServeError):
+    status_code = HTTPStatus.UNAUTHORIZED
+
+
+class ModelNotFound(MLServeError):
+    status_code = HTTPStatus.NOT_FOUND
+
+
+class PayloadTooLarge(MLServeError):
+    status_code = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+
+
+class TooManyRequests(MLServeError):
+    status_code = HTTPStatus.TOO_MANY_REQUESTS
+
+
+class ModelError(MLServeError):
+    status_code = HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+class NotSupported(MLServeError):
+    status_code = HTTPStatus.NOT_IMPLEMENTED
+
+
+class ModelNotReady(MLServeError):
+    status_code = HTTPStatus.SERVICE_UNAVAILABLE
+
+
+class Timeout(MLServeError):
+    status_code = HTTPStatus.GATEWAY_TIMEOUT
+
+
+# HTTP status -> name of the grpc.StatusCode member (names keep grpc out of this module).
+GRPC_CODES: dict[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    404: "NOT_FOUND",
+    413: "RESOURCE_EXHAUSTED",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status an exception answers with: its class's, else 500."""
+    return int(getattr(exc, "status_code", HTTPStatus.INTERNAL_SERVER_ERROR))
+
+
+def error_body(exc: BaseException) -> dict[str, str]:
+    """The JSON error body of S4: ``{"error": "<ExceptionClass>: <message>"}``."""
+    return {"error": f"{type(exc).__name__}: {exc}"}

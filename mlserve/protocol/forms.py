@@ -1,0 +1,143 @@
+"""The two request forms of S3, and the tensor responses built from predict's result.
+
+rows:    ``{"inputs": [...]}``: predict sees ``inputs`` exactly as sent.
+tensors: ``{"inputs": [{"name", "shape", "datatype", "data"}, ...]}``: predict
+         sees one ndarray (one input) or ``{name: ndarray}`` (several).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mlserve.protocol.errors import InvalidInput
+from mlserve.protocol.tensors import RAW, datatype_of, decode_tensor, encode_tensor
+
+__all__ = [
+    "InferenceRequest",
+    "build_outputs",
+    "check_declared_inputs",
+    "decode_request",
+    "is_tensor_inputs",
+    "wants_binary",
+]
+
+_TENSOR_KEYS = ("name", "shape", "datatype")
+
+
+def is_tensor_inputs(inputs: Any) -> bool:
+    """True when every element of ``inputs`` is a V2 tensor object."""
+    if not isinstance(inputs, list) or not inputs:
+        return False
+    return all(isinstance(obj, dict) and all(k in obj for k in _TENSOR_KEYS) for obj in inputs)
+
+
+class InferenceRequest(dict[str, Any]):
+    """A tensor-form request: ``inputs`` decoded, the decoded tensors and the
+    original objects kept beside it for code that wants them."""
+
+    tensors: dict[str, np.ndarray]
+    input_objects: list[dict[str, Any]]
+
+
+def decode_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The request predict sees: tensor form decoded, rows form as it came."""
+    inputs = body.get("inputs")
+    if not is_tensor_inputs(inputs):
+        return body
+    tensors: dict[str, np.ndarray] = {}
+    for obj in inputs:
+        name = str(obj["name"])
+        if name in tensors:
+            raise InvalidInput(f"input '{name}' is given twice")
+        tensors[name] = decode_tensor(obj)
+    request = InferenceRequest(body)
+    request.tensors = tensors
+    request.input_objects = inputs
+    request["inputs"] = next(iter(tensors.values())) if len(tensors) == 1 else tensors
+    return request
+
+
+def _shape_matches(expected: list[int], got: tuple[int, ...]) -> bool:
+    return len(expected) == len(got) and all(e in (-1, g) for e, g in zip(expected, got))
+
+
+def check_declared_inputs(tensors: Mapping[str, np.ndarray], declared: list[dict[str, Any]]) -> None:
+    """Check decoded tensors against the model's declared inputs (S3)."""
+    by_name = {spec["name"]: spec for spec in declared}
+    for name in tensors:
+        if name not in by_name and len(declared) > 1:
+            raise InvalidInput(f"unexpected input '{name}', the model's inputs are {sorted(by_name)}")
+    for spec in declared:
+        name = spec["name"]
+        array = tensors.get(name)
+        if array is None:
+            if len(declared) == 1 and len(tensors) == 1:
+                array = next(iter(tensors.values()))
+            else:
+                raise InvalidInput(f"missing input '{name}'")
+        _check_one(name, array, spec)
+
+
+def _check_one(name: str, array: np.ndarray, spec: dict[str, Any]) -> None:
+    datatype = spec.get("datatype")
+    if datatype and datatype_of(array) != datatype and not _compatible(datatype, array):
+        raise InvalidInput(
+            f"input '{name}' has datatype {datatype_of(array)}, expected {datatype}"
+        )
+    shape = spec.get("shape")
+    if shape is not None and not _shape_matches(list(shape), array.shape):
+        raise InvalidInput(f"input '{name}' has shape {list(array.shape)}, expected {list(shape)}")
+
+
+def _compatible(datatype: str, array: np.ndarray) -> bool:
+    # BF16 decodes to float32, so a BF16 tensor may stand for a declared BF16 input.
+    return datatype == "BF16" and array.dtype == np.float32
+
+
+def wants_binary(request: Mapping[str, Any], name: str) -> bool:
+    """Whether output ``name`` goes back in binary form (the binary data extension)."""
+    for obj in request.get("outputs") or ():
+        if isinstance(obj, dict) and obj.get("name") == name:
+            binary = (obj.get("parameters") or {}).get("binary_data")
+            if binary is not None:
+                return bool(binary)
+    params = request.get("parameters") or {}
+    return bool(params.get("binary_data_output", False))
+
+
+def _requested_names(request: Mapping[str, Any]) -> list[str]:
+    outputs = request.get("outputs")
+    if outputs is None:
+        return []
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) and "name" in o for o in outputs):
+        raise InvalidInput("'outputs' must be a list of objects with a 'name'")
+    return [str(o["name"]) for o in outputs]
+
+
+def build_outputs(result: Any, request: Mapping[str, Any], default_name: str) -> list[dict[str, Any]]:
+    """Output tensors from predict's result: an array-like (one tensor), a
+    dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
+    if is_tensor_inputs(result):
+        tensors = {str(obj["name"]): obj for obj in result}
+    elif isinstance(result, Mapping):
+        tensors = {str(name): value for name, value in result.items()}
+    else:
+        tensors = {default_name: result}
+    requested = _requested_names(request)
+    if requested:
+        unknown = [name for name in requested if name not in tensors]
+        if unknown:
+            raise InvalidInput(f"unknown requested output(s) {unknown}, the model outputs {sorted(tensors)}")
+        tensors = {name: tensors[name] for name in requested}
+    return [_encode(name, value, wants_binary(request, name)) for name, value in tensors.items()]
+
+
+def _encode(name: str, value: Any, binary: bool) -> dict[str, Any]:
+    if isinstance(value, dict) and "datatype" in value:
+        if binary and RAW not in value and "data" in value:
+            return encode_tensor(name, decode_tensor(value), value["datatype"], binary=True)
+        return value
+    return encode_tensor(name, value, binary=binary)

@@ -1,0 +1,72 @@
+"""Running the one async core from sync callers, and sync user code off the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+__all__ = ["BackgroundLoop", "drive", "in_thread", "run_in_threadpool"]
+
+T = TypeVar("T")
+
+# Sync user code runs here, never on the event loop.
+_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="mlserve-worker")
+
+
+async def run_in_threadpool(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run sync ``fn`` in the worker pool and await its result."""
+    loop = asyncio.get_running_loop()
+    call = partial(fn, *args, **kwargs) if kwargs else partial(fn, *args)
+    return await loop.run_in_executor(_executor, call)
+
+
+def drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends to its end, synchronously.
+
+    Code paths shared by the sync and async APIs are written once as
+    coroutines; the sync API passes them sync callables and drives them here.
+    """
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("an async step was reached from a sync call")
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Await ``fn(*args)``: a coroutine function is awaited, anything else runs in the pool."""
+    result = await run_in_threadpool(fn, *args)
+    if isinstance(result, Awaitable):
+        return await result
+    return result
+
+
+class BackgroundLoop:
+    """An event loop on a daemon thread, for sync callers (scripts, notebooks)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="mlserve-loop")
+                thread.start()
+            return self._loop
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)

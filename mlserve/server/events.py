@@ -1,0 +1,97 @@
+"""The Event every face builds and the Response the server hands back.
+
+The attribute names follow nuclio's ``Event``/``Response`` so that mlrun code
+that reads ``event.body``, ``event.path`` or ``response.status_code`` works.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["Event", "MockEvent", "Response", "Trigger", "HTTP_TRIGGERS"]
+
+# Triggers whose caller waits on the line: a model still loading answers 503 at once.
+HTTP_TRIGGERS = frozenset({"", "http", "grpc"})
+
+
+@dataclass(slots=True)
+class Trigger:
+    kind: str = ""
+    name: str = ""
+
+
+class Event:
+    """One request, whatever face it came from."""
+
+    __slots__ = (
+        "body",
+        "content_type",
+        "headers",
+        "method",
+        "path",
+        "id",
+        "trigger",
+        "time",
+        "offset",
+        "error",
+        "origin_state",
+        "terminated",
+        "key",
+    )
+
+    def __init__(
+        self,
+        body: Any = None,
+        content_type: str | None = None,
+        headers: dict[str, Any] | None = None,
+        method: str | None = None,
+        path: str | None = "/",
+        event_id: str | None = None,
+        trigger: Trigger | str | None = None,
+        time: datetime | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.body = body
+        self.content_type = content_type or ""
+        self.headers = headers or {}
+        self.method = method or ("POST" if body is not None else "GET")
+        self.path = path or "/"
+        self.id = event_id or uuid.uuid4().hex
+        self.trigger = trigger if isinstance(trigger, Trigger) else Trigger(kind=trigger or "")
+        self.time = time or datetime.now(timezone.utc)
+        self.offset = offset
+        self.error: Any = None
+        self.origin_state: str | None = None
+        self.terminated = False
+        self.key: Any = None
+
+    def __repr__(self) -> str:
+        return f"Event(id={self.id!r}, method={self.method!r}, path={self.path!r}, body={self.body!r})"
+
+
+# mlrun's name for the events built by ``server.test()``.
+MockEvent = Event
+
+
+class Response:
+    """A body with its status, content type and headers."""
+
+    __slots__ = ("body", "status_code", "content_type", "headers")
+
+    def __init__(
+        self,
+        body: Any = None,
+        status_code: int = 200,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.body = body
+        self.status_code = status_code
+        self.content_type = content_type
+        self.headers = headers or {}
+
+    def __repr__(self) -> str:
+        return f"Response(status_code={self.status_code}, body={self.body!r})"

@@ -1,0 +1,244 @@
+"""``GraphServer``: one code path from an Event to a Response, for every face (S7).
+
+The core is ``run_async``. The mock server's ``test()`` and the sync ``run()``
+reach it through a background event loop, so a notebook (which has a running
+loop of its own) and a script behave the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from mlserve.context import GraphContext
+from mlserve.graph.steps import BaseStep, step_from_dict
+from mlserve.protocol.errors import InvalidInput, error_body, status_of
+from mlserve.protocol.tensors import RAW, dumps, join_binary_body, loads, split_binary_body
+from mlserve.server.aio import BackgroundLoop
+from mlserve.server.events import Event, Response, Trigger
+
+__all__ = ["GraphServer", "ServingRequestError", "create_graph_server", "encode_response"]
+
+logger = logging.getLogger("mlserve.server")
+
+JSON_TYPES = ("", "application/json", "text/json")
+BINARY_HEADER = "inference-header-content-length"
+
+
+class ServingRequestError(RuntimeError):
+    """A ``test()`` request answered with a status of 300 or more."""
+
+    def __init__(self, status_code: int, body: Any) -> None:
+        super().__init__(f"failed ({status_code}): {body}")
+        self.status_code = status_code
+        self.body = body
+
+
+class GraphServer:
+    """Serves a graph in-process: the mock server of ``fn.to_mock_server()``."""
+
+    def __init__(
+        self,
+        graph: BaseStep | dict[str, Any] | None = None,
+        parameters: dict[str, Any] | None = None,
+        load_mode: str | None = None,
+        function_uri: str | None = None,
+        verbose: bool = False,
+        current_function: str | None = None,
+        default_content_type: str | None = None,
+        track_models: bool = False,
+        tracking: dict[str, Any] | None = None,
+        project: str = "default",
+        function_name: str = "",
+        function_tag: str = "",
+        **kwargs: Any,
+    ) -> None:
+        self.graph = step_from_dict(graph) if isinstance(graph, dict) else graph
+        self.parameters = dict(parameters or {})
+        self.load_mode = load_mode or "sync"
+        self.function_uri = function_uri or f"{project}/{function_name}" + (f":{function_tag}" if function_tag else "")
+        self.verbose = verbose
+        self.current_function = current_function
+        self.default_content_type = default_content_type
+        self.track_models = track_models
+        self.tracking = dict(tracking or {})
+        self.project = project
+        self.function_name = function_name
+        self.function_tag = function_tag
+        self.options = kwargs
+        self.context = GraphContext(self.parameters, verbose=verbose, server=self, project=project,
+                                    current_function=current_function)
+        self._loop = BackgroundLoop()
+
+    # ---- lifecycle -------------------------------------------------------------
+
+    def init_states(
+        self,
+        context: GraphContext | None = None,
+        namespace: dict[str, Any] | None = None,
+        logger: logging.Logger | None = None,
+        is_mock: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Prepare the context user code will see."""
+        if context is not None:
+            self.context = context
+            context.server = self
+        if logger is not None:
+            self.context.logger = logger
+        self.context.is_mock = is_mock
+        self.context.root = self.graph
+        self.namespace = namespace or {}
+
+    def init_object(self, namespace: dict[str, Any] | None = None) -> None:
+        """Build the graph's live objects and load the models."""
+        if self.graph is None:
+            raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
+        self.graph.init_object(self.context, namespace or getattr(self, "namespace", {}), self.load_mode)
+
+    def iter_models(self) -> Any:
+        return self.graph.iter_models() if self.graph is not None else iter(())
+
+    def wait_for_completion(self) -> None:
+        """Finish what runs in the background (as at shutdown)."""
+        wait = getattr(self.graph, "wait_for_completion", None)
+        if wait is not None:
+            wait()
+
+    # ---- requests ----------------------------------------------------------------
+
+    async def run_async(self, event: Event) -> Response:
+        """Answer one event; every error becomes the Response of its class."""
+        try:
+            self._parse_body(event)
+            event = await self.graph.run_async(event)  # type: ignore[union-attr]
+        except Exception as exc:
+            return self.error_response(exc)
+        body = event.body
+        if isinstance(body, Response):
+            return body
+        return Response(body)
+
+    def run(self, event: Event, context: Any = None, get_body: bool = False) -> Any:
+        """Answer one event synchronously: the body (``get_body``) or an encoded Response."""
+        response = self._loop.run(self.run_async(event))
+        if get_body and response.status_code < 300:
+            return response.body
+        if get_body:
+            return response
+        return encode_response(response)
+
+    def test(
+        self,
+        path: str = "/",
+        body: Any = None,
+        method: str = "",
+        headers: dict[str, Any] | None = None,
+        content_type: str | None = None,
+        silent: bool = False,
+        get_body: bool = True,
+        event_id: str | None = None,
+        trigger: Trigger | str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Send a request through the graph, as the HTTP face would.
+
+        Returns the body (as the HTTP face would send it) when ``get_body``; a
+        status of 300 or more raises ``ServingRequestError`` (a RuntimeError)
+        unless ``silent``, which returns the Response.
+        """
+        if self.graph is None:
+            raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
+        event = Event(body=body, content_type=content_type, headers=headers, method=method or None,
+                      path=path, event_id=event_id, trigger=trigger)
+        response = self._loop.run(self.run_async(event))
+        if response.status_code >= 300 and not silent:
+            raise ServingRequestError(response.status_code, response.body)
+        if not get_body:
+            return encode_response(response)
+        if response.status_code >= 300:
+            return response
+        return _as_sent(response)
+
+    # ---- helpers -----------------------------------------------------------------
+
+    def _parse_body(self, event: Event) -> None:
+        event.content_type = event.content_type or self.default_content_type or ""
+        body = event.body
+        if not isinstance(body, (str, bytes, bytearray, memoryview)):
+            return
+        header_length = _header(event.headers, BINARY_HEADER)
+        if header_length is not None:
+            event.body = split_binary_body(bytes(body), _int_header(header_length))
+            return
+        content_type = event.content_type.split(";")[0].strip().lower()
+        if content_type in JSON_TYPES:
+            try:
+                event.body = loads(body)
+            except InvalidInput:
+                if content_type:
+                    raise
+
+    def error_response(self, exc: BaseException) -> Response:
+        status = status_of(exc)
+        body: dict[str, Any] = error_body(exc)
+        if status >= 500:
+            logger.error("request failed: %s", body["error"], exc_info=exc)
+        if self.verbose:
+            body["traceback"] = "".join(traceback.format_exception(exc))
+        return Response(body, status_code=status)
+
+
+def _header(headers: dict[str, Any], name: str) -> Any:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _int_header(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"header Inference-Header-Content-Length must be an integer, got {value!r}") from None
+
+
+def encode_response(response: Response) -> Response:
+    """The Response with its body as bytes, as a face sends it."""
+    body = response.body
+    if isinstance(body, (bytes, bytearray)):
+        return response
+    if isinstance(body, str):
+        return Response(body.encode(), response.status_code, response.content_type or "text/plain",
+                        response.headers)
+    if isinstance(body, dict) and _has_raw_outputs(body):
+        data, header_length = join_binary_body(body)
+        headers = {**response.headers, "Inference-Header-Content-Length": str(header_length)}
+        return Response(data, response.status_code, "application/octet-stream", headers)
+    return Response(dumps(body), response.status_code, "application/json", response.headers)
+
+
+def _has_raw_outputs(body: dict[str, Any]) -> bool:
+    outputs = body.get("outputs")
+    return isinstance(outputs, list) and any(isinstance(o, dict) and RAW in o for o in outputs)
+
+
+def _as_sent(response: Response) -> Any:
+    """The body as a client decodes it from the wire: JSON round-tripped."""
+    body = response.body
+    if isinstance(body, (bytes, bytearray, str)) or (isinstance(body, dict) and _has_raw_outputs(body)):
+        return body
+    return loads(dumps(body))
+
+
+def create_graph_server(
+    graph: BaseStep | dict[str, Any] | None = None,
+    parameters: dict[str, Any] | None = None,
+    load_mode: str | None = None,
+    verbose: bool = False,
+    current_function: str | None = None,
+    **kwargs: Any,
+) -> GraphServer:
+    """A GraphServer for ``graph`` (mlrun's ``create_graph_server``)."""
+    return GraphServer(graph, parameters, load_mode, verbose=verbose, current_function=current_function, **kwargs)
