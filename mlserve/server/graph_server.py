@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mlserve.context import GraphContext
@@ -18,11 +19,15 @@ from mlserve.protocol.tensors import RAW, dumps, join_binary_body, loads, split_
 from mlserve.server.aio import BackgroundLoop
 from mlserve.server.events import Event, Response, Trigger
 
-__all__ = ["GraphServer", "ServingRequestError", "create_graph_server", "encode_response"]
+__all__ = ["GraphServer", "ServerHandler", "ServingRequestError", "create_graph_server", "encode_response"]
 
 logger = logging.getLogger("mlserve.server")
 
 JSON_TYPES = ("", "application/json", "text/json")
+
+# A server-level route answered before the graph (metrics, stats, repository,
+# endpoint records, ...): returns None, quickly, for paths that are not its own.
+ServerHandler = Callable[["GraphServer", Event], Awaitable["Response | None"]]
 BINARY_HEADER = "inference-header-content-length"
 
 
@@ -69,7 +74,17 @@ class GraphServer:
         self.options = kwargs
         self.context = GraphContext(self.parameters, verbose=verbose, server=self, project=project,
                                     current_function=current_function)
+        self.handlers: list[ServerHandler] = []
+        self._shutdown_callbacks: list[Callable[[], None]] = []
         self._loop = BackgroundLoop()
+
+    def add_handler(self, handler: ServerHandler) -> None:
+        """Answer some paths at the server level, before the graph (mock and network faces alike)."""
+        self.handlers.append(handler)
+
+    def on_shutdown(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` at ``wait_for_completion()`` (shutdown): flush streams, stop watchers."""
+        self._shutdown_callbacks.append(callback)
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -105,12 +120,18 @@ class GraphServer:
         wait = getattr(self.graph, "wait_for_completion", None)
         if wait is not None:
             wait()
+        for callback in self._shutdown_callbacks:
+            callback()
 
     # ---- requests ----------------------------------------------------------------
 
     async def run_async(self, event: Event) -> Response:
         """Answer one event; every error becomes the Response of its class."""
         try:
+            for handler in self.handlers:
+                answer = await handler(self, event)
+                if answer is not None:
+                    return answer
             self._parse_body(event)
             event = await self.graph.run_async(event)  # type: ignore[union-attr]
         except Exception as exc:

@@ -1,0 +1,1 @@
+"""Monitoring: the model-log stream, endpoint records and Prometheus metrics."""
