@@ -12,12 +12,17 @@ from typing import Any
 __all__ = ["load_function", "main"]
 
 
-def load_function(target: str) -> Any:
-    """The serving function in ``target``: an exported YAML/JSON, or a Python
-    file with ``serving_function()``, ``fn``, or a module-level function object."""
+def load_function(target: str, **repository_options: Any) -> Any:
+    """The serving function in ``target``: an exported YAML/JSON, a Python file
+    with ``serving_function()``, ``fn``, or a module-level function object, or a
+    model repository folder (``repository_options``: model_config, poll_interval, cache_size)."""
     from mlserve.function import ServingFunction, import_function
 
     path = Path(target)
+    if path.is_dir():
+        from mlserve.repository.serve import function_from_repository
+
+        return function_from_repository(path, **repository_options)
     if path.suffix in (".yaml", ".yml", ".json"):
         return import_function(target)
     if path.suffix == ".py":
@@ -39,7 +44,8 @@ def serve(args: argparse.Namespace) -> None:
 
     from mlserve.http.app import create_app
 
-    fn = load_function(args.target)
+    fn = load_function(args.target, model_config=args.model_config, poll_interval=args.poll_interval,
+                       cache_size=args.cache_size)
     server = fn.to_graph_server()
     server.init_states(namespace=fn.namespace)
     server.init_object(fn.namespace)
@@ -55,6 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     serve_cmd.add_argument("target", help="a Python file, an exported function YAML, or a model repository")
     serve_cmd.add_argument("--host", default="127.0.0.1")
     serve_cmd.add_argument("--port", type=int, default=8080)
+    serve_cmd.add_argument("--model-config", help="repository models: a YAML file or TF Serving model_config_list")
+    serve_cmd.add_argument("--poll-interval", type=float, default=1.0, help="repository polling seconds (0: off)")
+    serve_cmd.add_argument("--cache-size", type=int, help="at most N model versions loaded (LRU)")
     serve_cmd.set_defaults(handler=serve)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
