@@ -109,27 +109,30 @@ class ModelRepository:
         name = config.name
         current = {v for m, v in self.served if m == name}
         on_disk = scan_versions(config.base_path)
-        available = {v: path for v, path in on_disk.items()
-                     if v in current or self._loadable((name, v), path, stable_only)}
+        verdicts = {v: v in current or self._loadable((name, v), path, stable_only) for v, path in on_disk.items()}
+        available = {v: on_disk[v] for v, ok in verdicts.items() if ok is True}
         wanted = config.version_policy.select(available)
         loaded_all = True
         for version in wanted:
             if version not in current:
                 loaded_all &= self._add_version(config, version, available[version])
         leaving = [(name, v) for v in current if v not in wanted]
-        if leaving and loaded_all:  # availability first: the old serve until the new do
+        # Availability first: the old versions serve until the new ones do, or
+        # (nothing wanted) until no version on disk is still being written.
+        if leaving and loaded_all and (wanted or "unstable" not in verdicts.values()):
             self._retire(leaving)
         self._forget_missing(name, on_disk)
 
-    def _loadable(self, key: Key, path: Path, stable_only: bool) -> bool:
-        """A version not served yet may load: not failed as it is, and (for the watcher) stable."""
+    def _loadable(self, key: Key, path: Path, stable_only: bool) -> bool | str:
+        """A version not served yet may load (True): not failed as it is ("failed"),
+        and, for the watcher, unchanged since the previous sync ("unstable")."""
         prints = fingerprint(path)
         if key in self.failed and self.failed[key][0] == prints:
-            return False
-        if not stable_only:
-            return True
+            return "failed"
         previous, self._seen[key] = self._seen.get(key), prints
-        return bool(prints) and previous == prints
+        if not stable_only or (prints and previous == prints):
+            return True
+        return "unstable"
 
     def _forget_missing(self, name: str, on_disk: dict[int, Path]) -> None:
         for table in (self._seen, self.failed):
