@@ -44,8 +44,9 @@ def serve(args: argparse.Namespace) -> None:
 
     from mlserve.http.app import create_app
 
-    fn = load_function(args.target, model_config=args.model_config, poll_interval=args.poll_interval,
-                       cache_size=args.cache_size)
+    options = {"model_config": args.model_config, "poll_interval": args.poll_interval,
+               "cache_size": args.cache_size}
+    fn = load_function(args.target, **options)
     server = fn.to_graph_server()
     server.init_states(namespace=fn.namespace)
     server.init_object(fn.namespace)
@@ -61,8 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     serve_cmd.add_argument("target", help="a Python file, an exported function YAML, or a model repository")
     serve_cmd.add_argument("--host", default="127.0.0.1")
     serve_cmd.add_argument("--port", type=int, default=8080)
-    serve_cmd.add_argument("--model-config", help="repository models: a YAML file or TF Serving model_config_list")
-    serve_cmd.add_argument("--poll-interval", type=float, default=1.0, help="repository polling seconds (0: off)")
+    serve_cmd.add_argument("--model-config", help="YAML or TF Serving model_config_list")
+    serve_cmd.add_argument("--poll-interval", type=float, default=1.0,
+                           help="seconds between repository polls (0: off)")
     serve_cmd.add_argument("--cache-size", type=int, help="at most N model versions loaded (LRU)")
     serve_cmd.set_defaults(handler=serve)
     args = parser.parse_args(argv)

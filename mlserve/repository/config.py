@@ -22,8 +22,9 @@ TF Serving's ``model_config_list`` (protobuf text of ``ModelServerConfig``)::
     }
 
 ``model_platform`` is a known platform (``tensorflow``) or a dotted class name,
-so a text config can name any ``V2ModelServer`` class. Without a config every model folder of the repository is served with the
-``latest`` policy and the class detected from its files.
+so a text config can name any ``V2ModelServer`` class. Without a config every
+model folder of the repository is served with the ``latest`` policy and the
+class detected from its files.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ class ModelConfig:
 
     def class_for(self, version_dir: Path) -> str:
         """The class serving ``version_dir``: configured, by platform, or detected."""
-        by_platform = PLATFORMS.get(self.platform) or (self.platform if "." in self.platform else None)
+        by_platform = PLATFORMS.get(self.platform) or (
+            self.platform if "." in self.platform else None
+        )
         name = self.class_name or by_platform or detect_class(version_dir)
         if not name:
             raise ValueError(

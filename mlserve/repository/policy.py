@@ -43,7 +43,7 @@ class VersionPolicy:
             return ordered
         if self.kind == "specific":
             return [v for v in ordered if v in self.versions]
-        return ordered[-self.num_versions:]
+        return ordered[-self.num_versions :]
 
     @classmethod
     def parse(cls, value: Any) -> VersionPolicy:

@@ -102,14 +102,19 @@ class ModelRepository:
         except Exception:
             if self._config_stamp is None:
                 raise
-            logger.exception("model config %s is invalid; keeping the previous one", self.config_file)
+            logger.exception(
+                "model config %s is invalid; keeping the previous one", self.config_file
+            )
         return dict(self._file_configs)
 
     def _sync_model(self, config: ModelConfig, stable_only: bool) -> None:
         name = config.name
         current = {v for m, v in self.served if m == name}
         on_disk = scan_versions(config.base_path)
-        verdicts = {v: v in current or self._loadable((name, v), path, stable_only) for v, path in on_disk.items()}
+        verdicts = {
+            v: v in current or self._loadable((name, v), path, stable_only)
+            for v, path in on_disk.items()
+        }
         available = {v: on_disk[v] for v, ok in verdicts.items() if ok is True}
         wanted = config.version_policy.select(available)
         loaded_all = True
@@ -172,8 +177,14 @@ class ModelRepository:
             cache.unloaded(route)
             self._unloaded(route)
 
-        return VersionRoute(key, build, self.load_timeout, on_load=cache.loaded,
-                            on_use=cache.used, on_unload=unloaded)
+        return VersionRoute(
+            key,
+            build,
+            self.load_timeout,
+            on_load=cache.loaded,
+            on_use=cache.used,
+            on_unload=unloaded,
+        )
 
     def _build_model(self, config: ModelConfig, key: str, path: Path) -> Any:
         cls = resolve_class(config.class_for(path), self.namespace)
@@ -182,7 +193,9 @@ class ModelRepository:
         model.post_init("sync")
         if not getattr(model, "ready", True):
             raise RuntimeError(getattr(model, "error", "") or "the model is not ready after load")
-        served = {v for m, v in dict(self.served) if m == config.name} | {int(key.partition(":")[2])}
+        served = {v for m, v in dict(self.served) if m == config.name} | {
+            int(key.partition(":")[2])
+        }
         model.versions = [str(v) for v in sorted(served)]
         return model
 
@@ -219,13 +232,18 @@ class ModelRepository:
     def index(self) -> list[dict[str, Any]]:
         """Every version known on disk or in memory: ``[{name, version, state, reason}]``."""
         entries = []
-        known = [*dict(self.served), *dict(self.retiring)]  # copies: the watcher may be changing them
+        known = [
+            *dict(self.served),
+            *dict(self.retiring),
+        ]  # copies: the watcher may be changing them
         for name, config in sorted(dict(self.configs).items()):
             on_disk = scan_versions(config.base_path)
             keys = {(name, v) for v in on_disk} | {k for k in known if k[0] == name}
             for key in sorted(keys):
                 state, reason = self._state(key)
-                entries.append({"name": name, "version": str(key[1]), "state": state, "reason": reason})
+                entries.append(
+                    {"name": name, "version": str(key[1]), "state": state, "reason": reason}
+                )
         return entries
 
     def _state(self, key: Key) -> tuple[str, str]:
@@ -263,7 +281,9 @@ class ModelRepository:
             self._sync_model(config, stable_only=False)
             if not any(m == name for m, _ in self.served):
                 errors = "; ".join(reason for k, (_, reason) in self.failed.items() if k[0] == name)
-                raise ModelNotReady(f"model {name} failed to load: {errors or 'no version on disk'}")
+                raise ModelNotReady(
+                    f"model {name} failed to load: {errors or 'no version on disk'}"
+                )
 
     def _found_on_disk(self, name: str) -> ModelConfig:
         """A model folder not in the config, loaded on request from then on."""
@@ -289,10 +309,14 @@ class ModelRepository:
             raise ModelNotFound(f"model {model} has no version label '{label}'")
         version = config.labels[label]
         if (model, version) not in self.served:
-            raise ModelNotReady(f"version {version} (label '{label}') of model {model} is not available")
+            raise ModelNotReady(
+                f"version {version} (label '{label}') of model {model} is not available"
+            )
         return str(version)
 
     def is_ready(self) -> bool:
         """Synced once, and every configured model serves a version."""
         served = {m for m, _ in self.served}
-        return self.synced and all(name in served for name in self.configs if name not in self.unloaded)
+        return self.synced and all(
+            name in served for name in self.configs if name not in self.unloaded
+        )

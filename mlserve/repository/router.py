@@ -38,8 +38,13 @@ class RepositoryRouter(ModelRouter):
         self.watcher: RepositoryWatcher | None = None
         server = self.context.server
         self.repository = ModelRepository(
-            repository, self._set_table, config_file=model_config, context=self.context,
-            namespace=getattr(server, "namespace", None), cache_size=cache_size, load_timeout=load_timeout,
+            repository,
+            self._set_table,
+            config_file=model_config,
+            context=self.context,
+            namespace=getattr(server, "namespace", None),
+            cache_size=cache_size,
+            load_timeout=load_timeout,
         )
 
     def _set_table(self, table: dict[str, Any]) -> None:

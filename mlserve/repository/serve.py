@@ -38,6 +38,9 @@ def function_from_repository(
         "load_timeout": load_timeout,
     }
     fn = new_function(name or Path(path or model_config or "repository").stem or "repository")
-    fn.set_topology("router", class_name=ROUTER_CLASS,
-                    **{key: value for key, value in args.items() if value is not None})
+    fn.set_topology(
+        "router",
+        class_name=ROUTER_CLASS,
+        **{key: value for key, value in args.items() if value is not None},
+    )
     return fn

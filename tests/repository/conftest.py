@@ -34,7 +34,9 @@ def serve_repo(tmp_path: Path) -> Iterator[Callable[..., GraphServer]]:
     """Start a mock server of a repository (stopped at teardown)."""
     servers: list[GraphServer] = []
 
-    def start(base: Path, models: list[dict[str, Any]] | None = None, **options: Any) -> GraphServer:
+    def start(
+        base: Path, models: list[dict[str, Any]] | None = None, **options: Any
+    ) -> GraphServer:
         config = write_config(tmp_path / "config.yaml", models or [{"name": "m"}])
         options.setdefault("poll_interval", 0.1)
         server = function_from_repository(base, model_config=config, **options).to_mock_server()

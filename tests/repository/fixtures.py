@@ -57,11 +57,20 @@ class LinearModel(V2ModelServer):
         if delay:
             time.sleep(delay)
         weights, bias = self.model["weights"], self.model["bias"]
-        return [sum(w * x for w, x in zip(weights, row, strict=True)) + bias for row in request["inputs"]]
+        return [
+            sum(w * x for w, x in zip(weights, row, strict=True)) + bias
+            for row in request["inputs"]
+        ]
 
 
-def write_version(base: Path, model: str, version: int, bias: float, weights: list[float] | None = None,
-                  load_seconds: float = 0) -> Path:
+def write_version(
+    base: Path,
+    model: str,
+    version: int,
+    bias: float,
+    weights: list[float] | None = None,
+    load_seconds: float = 0,
+) -> Path:
     """Write a version folder atomically: into a hidden folder, then renamed."""
     folder = base / model / str(version)
     staging = base / model / f".{version}.partial"

@@ -13,7 +13,9 @@ from tests.repository.fixtures import LinearModel, wait_until, write_version
 BODY = {"inputs": [[1.0, 2.0]]}
 
 
-def test_only_used_models_load_and_the_least_recently_used_unloads(tmp_path: Path, serve_repo: Any) -> None:
+def test_only_used_models_load_and_the_least_recently_used_unloads(
+    tmp_path: Path, serve_repo: Any
+) -> None:
     base = tmp_path / "models"
     names = [f"m{i}" for i in range(5)]
     for i, name in enumerate(names):
@@ -36,15 +38,25 @@ def test_only_used_models_load_and_the_least_recently_used_unloads(tmp_path: Pat
     use("m3")
     use("m0")
     assert LinearModel.events == [
-        ("load", "m0:1"), ("load", "m1:1"),
-        ("load", "m2:1"), ("unload", "m1:1"),
-        ("load", "m3:1"), ("unload", "m0:1"),
-        ("load", "m0:1"), ("unload", "m2:1"),
+        ("load", "m0:1"),
+        ("load", "m1:1"),
+        ("load", "m2:1"),
+        ("unload", "m1:1"),
+        ("load", "m3:1"),
+        ("unload", "m0:1"),
+        ("load", "m0:1"),
+        ("unload", "m2:1"),
     ]
     assert server.repository.cache.keys == ["m3:1", "m0:1"]
     assert len(list(server.iter_models())) == 2
     states = {e["name"]: e["state"] for e in server.repository.index()}
-    assert states == {"m0": "READY", "m1": "UNAVAILABLE", "m2": "UNAVAILABLE", "m3": "READY", "m4": "UNAVAILABLE"}
+    assert states == {
+        "m0": "READY",
+        "m1": "UNAVAILABLE",
+        "m2": "UNAVAILABLE",
+        "m3": "READY",
+        "m4": "UNAVAILABLE",
+    }
 
 
 def test_a_victim_in_use_unloads_when_its_request_ends() -> None:
@@ -52,8 +64,12 @@ def test_a_victim_in_use_unloads_when_its_request_ends() -> None:
     cache = ModelCache(1)
 
     def route(key: str) -> VersionRoute:
-        return VersionRoute(key, lambda: SimpleNamespace(ready=True), on_load=cache.loaded,
-                            on_unload=lambda r: unloaded.append(r.key))
+        return VersionRoute(
+            key,
+            lambda: SimpleNamespace(ready=True),
+            on_load=cache.loaded,
+            on_unload=lambda r: unloaded.append(r.key),
+        )
 
     first, second = route("a:1"), route("b:1")
     first.load()

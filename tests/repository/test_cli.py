@@ -24,8 +24,19 @@ def test_serve_a_repository_folder_with_a_model_config_list(tmp_path: Path) -> N
     config = tmp_path / "models.config"
     config.write_text(CONFIG)
     port = free_port()
-    command = [sys.executable, "-m", "mlserve", "serve", str(base), "--port", str(port),
-               "--model-config", str(config), "--poll-interval", "0.2"]
+    command = [
+        sys.executable,
+        "-m",
+        "mlserve",
+        "serve",
+        str(base),
+        "--port",
+        str(port),
+        "--model-config",
+        str(config),
+        "--poll-interval",
+        "0.2",
+    ]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for_port(port, proc=proc)

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from mlserve.repository.config import PLATFORMS, ModelConfig, parse_config
-from mlserve.repository.layout import detect_class, fingerprint, is_repository, scan_models, scan_versions
+from mlserve.repository.layout import (
+    detect_class,
+    fingerprint,
+    is_repository,
+    scan_models,
+    scan_versions,
+)
 from mlserve.repository.policy import VersionPolicy, parse_labels
 
 TF_CLASS = "mlserve.frameworks.tensorflow.TFModelServer"
@@ -35,9 +41,13 @@ def test_saved_model_is_detected_by_name_without_importing_tensorflow(tmp_path: 
     (tmp_path / "saved_model.pb").write_bytes(b"")
     assert detect_class(tmp_path) == TF_CLASS
     assert detect_class(tmp_path / "missing") is None
-    code = ("import sys, mlserve.repository, mlserve.repository.router, mlserve.repository.watcher;"
-            "print(sorted(m for m in ('tensorflow', 'tensorflow_serving') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    code = (
+        "import sys, mlserve.repository, mlserve.repository.router, mlserve.repository.watcher;"
+        "print(sorted(m for m in ('tensorflow', 'tensorflow_serving') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -66,8 +76,15 @@ def test_version_policies(policy: object, expected: list[int]) -> None:
     assert VersionPolicy.parse(policy).select({7, 1, 3}) == expected
 
 
-@pytest.mark.parametrize("bad", ["newest", {"latest": {"num_versions": 0}}, {"specific": {"versions": []}},
-                                 {"latest": {}, "all": {}}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "newest",
+        {"latest": {"num_versions": 0}},
+        {"specific": {"versions": []}},
+        {"latest": {}, "all": {}},
+    ],
+)
 def test_bad_policies_are_rejected(bad: object) -> None:
     with pytest.raises(ValueError):
         VersionPolicy.parse(bad)

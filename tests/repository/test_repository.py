@@ -29,7 +29,9 @@ def version_of(server: GraphServer, model: str = "m") -> str:
 
 
 def states(server: GraphServer) -> dict[str, tuple[str, str]]:
-    return {f"{e['name']}:{e['version']}": (e["state"], e["reason"]) for e in server.repository.index()}
+    return {
+        f"{e['name']}:{e['version']}": (e["state"], e["reason"]) for e in server.repository.index()
+    }
 
 
 def test_latest_serves_the_highest_version(repo: Path, serve_repo: Any) -> None:
@@ -38,19 +40,35 @@ def test_latest_serves_the_highest_version(repo: Path, serve_repo: Any) -> None:
     assert answer["model_name"] == "m" and answer["model_version"] == "2"
     assert answer["outputs"] == [5.0]  # 1 + 2 + bias 2
     assert infer(server, "/v2/models/m/versions/2/infer")["outputs"] == [5.0]
-    assert server.test("/v2/models/m/versions/1/infer", body=BODY, silent=True, get_body=False).status_code == 404
+    assert (
+        server.test(
+            "/v2/models/m/versions/1/infer", body=BODY, silent=True, get_body=False
+        ).status_code
+        == 404
+    )
     assert server.test("/", body={"model": "m", **BODY})["model_version"] == "2"
     assert server.test("/v2/models/m")["versions"] == ["2"]
     assert server.test("/v2/models/", method="GET") == {"models": ["m:2"]}
     assert server.test("/v2/health/ready", method="GET") == {"ready": True}
     assert LinearModel.count("load") == 1
-    assert states(server) == {"m:1": ("UNAVAILABLE", "not in the version policy"), "m:2": ("READY", "")}
+    assert states(server) == {
+        "m:1": ("UNAVAILABLE", "not in the version policy"),
+        "m:2": ("READY", ""),
+    }
 
 
 def test_specific_versions_and_labels(repo: Path, serve_repo: Any) -> None:
     write_version(repo, "m", 3, bias=3)
-    server = serve_repo(repo, [{"name": "m", "version_policy": {"specific": {"versions": [1, 2]}},
-                                "labels": {"stable": 1, "canary": 2, "next": 3}}])
+    server = serve_repo(
+        repo,
+        [
+            {
+                "name": "m",
+                "version_policy": {"specific": {"versions": [1, 2]}},
+                "labels": {"stable": 1, "canary": 2, "next": 3},
+            }
+        ],
+    )
     assert version_of(server) == "2"
     assert infer(server, "/v2/models/m/versions/1/infer")["outputs"] == [4.0]
     assert server.repository.resolve_label("m", "stable") == "1"
@@ -66,8 +84,13 @@ def test_specific_versions_and_labels(repo: Path, serve_repo: Any) -> None:
 def test_latest_n_and_all(repo: Path, serve_repo: Any) -> None:
     write_version(repo, "m", 3, bias=3)
     shutil.copytree(repo / "m", repo / "n")
-    server = serve_repo(repo, [{"name": "m", "version_policy": {"latest": {"num_versions": 2}}},
-                               {"name": "n", "version_policy": "all"}])
+    server = serve_repo(
+        repo,
+        [
+            {"name": "m", "version_policy": {"latest": {"num_versions": 2}}},
+            {"name": "n", "version_policy": "all"},
+        ],
+    )
     listed = server.test("/v2/models/", method="GET")["models"]
     assert listed == ["m:2", "m:3", "n:1", "n:2", "n:3"]
     assert version_of(server, "m") == "3" and version_of(server, "n") == "3"
@@ -76,7 +99,9 @@ def test_latest_n_and_all(repo: Path, serve_repo: Any) -> None:
 def test_repository_extension_unload_and_load(repo: Path, serve_repo: Any) -> None:
     server = serve_repo(repo)
     asyncio.run(server.repository.unload("m"))
-    assert server.test("/v2/models/m/infer", body=BODY, silent=True, get_body=False).status_code == 404
+    assert (
+        server.test("/v2/models/m/infer", body=BODY, silent=True, get_body=False).status_code == 404
+    )
     assert states(server)["m:2"] == ("UNAVAILABLE", "unloaded")
     assert LinearModel.count("unload", "m:2") == 1
     time.sleep(0.3)  # polls leave an unloaded model alone
@@ -93,7 +118,10 @@ def test_repository_extension_unload_and_load(repo: Path, serve_repo: Any) -> No
 def test_extension_loads_a_model_folder_outside_the_config(repo: Path, serve_repo: Any) -> None:
     shutil.copytree(repo / "m", repo / "extra")
     server = serve_repo(repo)
-    assert server.test("/v2/models/extra/infer", body=BODY, silent=True, get_body=False).status_code == 404
+    assert (
+        server.test("/v2/models/extra/infer", body=BODY, silent=True, get_body=False).status_code
+        == 404
+    )
     with pytest.raises(ModelNotReady, match="set class_name"):  # found, but no class detected
         asyncio.run(server.repository.load("extra"))
     assert states(server)["extra:2"][0] == "UNAVAILABLE"
@@ -128,7 +156,9 @@ class LoadGenerator:
             thread.join()
 
 
-def test_new_version_serves_after_its_load_with_no_failed_request(repo: Path, serve_repo: Any) -> None:
+def test_new_version_serves_after_its_load_with_no_failed_request(
+    repo: Path, serve_repo: Any
+) -> None:
     server = serve_repo(repo)
     with LoadGenerator(server) as load:
         wait_until(lambda: len(load.versions) > 50)
@@ -140,7 +170,7 @@ def test_new_version_serves_after_its_load_with_no_failed_request(repo: Path, se
     assert load.failures == []
     first_new = load.versions.index("3")
     assert set(load.versions[:first_new]) == {"2"}
-    assert set(load.versions[first_new + 20:]) == {"3"}
+    assert set(load.versions[first_new + 20 :]) == {"3"}
     wait_until(lambda: LinearModel.count("unload", "m:2") == 1)
     assert states(server)["m:3"] == ("READY", "")
 
@@ -168,7 +198,12 @@ def test_removing_a_version_or_a_model_unloads_it(repo: Path, serve_repo: Any) -
     wait_until(lambda: version_of(server) == "1")
     wait_until(lambda: LinearModel.count("unload", "m:2") == 1)
     shutil.rmtree(repo / "n")
-    wait_until(lambda: server.test("/v2/models/n/infer", body=BODY, silent=True, get_body=False).status_code == 404)
+    wait_until(
+        lambda: (
+            server.test("/v2/models/n/infer", body=BODY, silent=True, get_body=False).status_code
+            == 404
+        )
+    )
     wait_until(lambda: LinearModel.count("unload", "n:2") == 1)
 
 
@@ -199,9 +234,33 @@ def test_a_failing_version_keeps_the_previous_one_serving(repo: Path, serve_repo
     (repo / "m" / ".3").mkdir()
     (repo / "m" / ".3" / "model.json").write_text("not json")
     (repo / "m" / ".3").rename(repo / "m" / "3")
-    wait_until(lambda: states(server)["m:3"][0] == "UNAVAILABLE" and "JSONDecodeError" in states(server)["m:3"][1])
+    wait_until(
+        lambda: (
+            states(server)["m:3"][0] == "UNAVAILABLE"
+            and "JSONDecodeError" in states(server)["m:3"][1]
+        )
+    )
     time.sleep(0.3)  # not retried while the folder is unchanged
     assert version_of(server) == "2" and LinearModel.count("load", "m:2") == 1
     remove_version(repo, "m", 3)
     write_version(repo, "m", 3, bias=3)
     wait_until(lambda: version_of(server) == "3")
+
+
+def test_models_added_to_the_function_serve_beside_the_repository(
+    repo: Path, tmp_path: Path
+) -> None:
+    from mlserve.repository import function_from_repository
+    from tests.repository.fixtures import CLASS_NAME
+
+    config = write_config(tmp_path / "config.yaml", [{"name": "m"}])
+    fn = function_from_repository(repo, model_config=config, poll_interval=0)
+    fn.add_model("static", model_path=str(repo / "m" / "1"), class_name=CLASS_NAME)
+    server = fn.to_mock_server()
+    try:
+        assert server.test("/v2/models/static/infer", body=BODY)["outputs"] == [4.0]
+        assert version_of(server) == "2"
+        assert server.test("/v2/models/", method="GET") == {"models": ["m:2", "static"]}
+        assert server.test("/v2/health/ready", method="GET") == {"ready": True}
+    finally:
+        server.wait_for_completion()
