@@ -12,6 +12,7 @@ Written in a YAML config as ``latest``, ``{latest: {num_versions: 2}}``,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ class VersionPolicy:
         if self.kind == "specific" and not self.versions:
             raise ValueError("version policy 'specific' needs at least one version")
 
-    def select(self, available: list[int] | set[int]) -> list[int]:
+    def select(self, available: Iterable[int]) -> list[int]:
         """The versions to serve, in ascending order."""
         ordered = sorted(available)
         if self.kind == "all":

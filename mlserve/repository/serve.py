@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from mlserve.function import ServingFunction, new_function
 
@@ -30,7 +31,7 @@ def function_from_repository(
     """
     if path is None and model_config is None:
         raise ValueError("give a repository folder, a model config, or both")
-    args = {
+    args: dict[str, Any] = {
         "repository": str(Path(path).resolve()) if path is not None else None,
         "model_config": str(Path(model_config).resolve()) if model_config is not None else None,
         "poll_interval": poll_interval,
