@@ -16,7 +16,7 @@ from typing import Any
 
 from mlserve.context import GraphContext
 from mlserve.protocol.errors import ModelNotFound
-from mlserve.protocol.tensors import loads
+from mlserve.protocol.forms import parse_json_body
 from mlserve.server.aio import drive
 from mlserve.server.events import Event, Response
 
@@ -127,12 +127,13 @@ class BaseModelRouter:
     # ---- dispatch ----------------------------------------------------------------
 
     def parse_body(self, event: Event) -> Any:
-        """A body not yet parsed: an image becomes ``inputs: [bytes]``, else JSON."""
+        """A body not yet parsed: an image becomes ``inputs: [bytes]``; JSON is
+        parsed by the rule of S7 (raw bodies of other types reach the model)."""
         body = event.body
         if isinstance(body, (bytes, bytearray, memoryview, str)):
             if (event.content_type or "").startswith("image/"):
                 return {self.inputs_key: [bytes(body) if not isinstance(body, str) else body.encode()]}
-            return loads(body)
+            return parse_json_body(body, event.content_type)
         return body
 
     def preprocess(self, event: Event) -> Event:
