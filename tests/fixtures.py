@@ -37,6 +37,12 @@ class Multiplier(V2ModelServer):
     def op_echo(self, event: Any) -> Any:
         return event.body
 
+    def op_event(self, event: Any) -> dict[str, Any]:
+        """What the model sees of the event a face built."""
+        return {"body": event.body, "path": event.path, "method": event.method, "id": event.id,
+                "content_type": event.content_type, "trigger": event.trigger.kind,
+                "headers": {k.lower(): v for k, v in event.headers.items()}}
+
 
 class AsyncMultiplier(Multiplier):
     """The same model with a coroutine ``predict``."""

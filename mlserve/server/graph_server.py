@@ -138,7 +138,7 @@ class GraphServer:
         body = event.body
         if isinstance(body, Response):
             return body
-        return Response(body)
+        return Response(body, content_type=_content_type_of(body))
 
     def run(self, event: Event, context: Any = None, get_body: bool = False) -> Any:
         """Answer one event synchronously: the body (``get_body``) or an encoded Response."""
@@ -202,6 +202,15 @@ class GraphServer:
         if self.verbose:
             body["traceback"] = "".join(traceback.format_exception(exc))
         return Response(body, status_code=status)
+
+
+def _content_type_of(body: Any) -> str:
+    """What a body the graph returned is sent as: text and bytes are not JSON."""
+    if isinstance(body, str):
+        return "text/plain"
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return "application/octet-stream"
+    return "application/json"
 
 
 def _header(headers: dict[str, Any], name: str) -> Any:
