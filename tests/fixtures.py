@@ -39,9 +39,15 @@ class Multiplier(V2ModelServer):
 
     def op_event(self, event: Any) -> dict[str, Any]:
         """What the model sees of the event a face built."""
-        return {"body": event.body, "path": event.path, "method": event.method, "id": event.id,
-                "content_type": event.content_type, "trigger": event.trigger.kind,
-                "headers": {k.lower(): v for k, v in event.headers.items()}}
+        return {
+            "body": event.body,
+            "path": event.path,
+            "method": event.method,
+            "id": event.id,
+            "content_type": event.content_type,
+            "trigger": event.trigger.kind,
+            "headers": {k.lower(): v for k, v in event.headers.items()},
+        }
 
 
 class AsyncMultiplier(Multiplier):
@@ -253,11 +259,27 @@ class RecordingLogger:
         self.records: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
 
-    def push(self, model: Any, start: Any, request: Any, response: Any, op: str,
-             microsec: int, metrics: dict[str, Any]) -> None:
-        self.records.append({"model": model.name, "start": start, "request": request,
-                             "response": response, "op": op, "microsec": microsec,
-                             "metrics": metrics})
+    def push(
+        self,
+        model: Any,
+        start: Any,
+        request: Any,
+        response: Any,
+        op: str,
+        microsec: int,
+        metrics: dict[str, Any],
+    ) -> None:
+        self.records.append(
+            {
+                "model": model.name,
+                "start": start,
+                "request": request,
+                "response": response,
+                "op": op,
+                "microsec": microsec,
+                "metrics": metrics,
+            }
+        )
 
     def push_error(self, model: Any, start: Any, request: Any, op: str, exc: BaseException) -> None:
         self.errors.append({"model": model.name, "request": request, "op": op, "error": exc})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,13 @@ from tests.fixtures import (
     ParamReader,
     Raising,
     Recorder,
-    Rejecting,
     RecordingLogger,
+    Rejecting,
     model_of,
     serve,
 )
 
-# ---- the name and its version ----------------------------------------------------------
+# ---- the name and its version ----
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ def test_unversioned_model_has_no_model_version_in_envelope() -> None:
     assert "model_version" not in answer
 
 
-# ---- parameters --------------------------------------------------------------------------
+# ---- parameters ----
 
 
 def _param_server() -> mlserve.GraphServer:
@@ -103,7 +103,7 @@ def test_extra_kwargs_are_parameters_not_attributes() -> None:
     assert model.to_class_args() == {"protocol": "v2", "multiplier": 100}
 
 
-# ---- model= and load -----------------------------------------------------------------------
+# ---- model= and load ----
 
 
 def test_model_argument_makes_it_ready_without_load() -> None:
@@ -140,8 +140,9 @@ def test_model_without_load_is_ready() -> None:
 
 @pytest.mark.parametrize("load_mode", ["sync", "async"])
 def test_failing_load_leaves_that_model_not_ready_while_others_serve(load_mode: str) -> None:
-    server = serve({"bad": FailingLoad, "good": (Multiplier, {"multiplier": 3})},
-                   spec={"load_mode": load_mode})
+    server = serve(
+        {"bad": FailingLoad, "good": (Multiplier, {"multiplier": 3})}, spec={"load_mode": load_mode}
+    )
     bad = model_of(server, "bad")
     assert bad._loaded.wait(10)
     assert not bad.ready
@@ -160,8 +161,9 @@ def test_failing_load_leaves_that_model_not_ready_while_others_serve(load_mode: 
 
 def test_async_load_answers_503_over_http_until_loaded() -> None:
     gate = GatedLoad.gate("http-503")
-    server = serve({"m": (GatedLoad, {"gate": "http-503", "multiplier": 4})},
-                   spec={"load_mode": "async"})
+    server = serve(
+        {"m": (GatedLoad, {"gate": "http-503", "multiplier": 4})}, spec={"load_mode": "async"}
+    )
     model = model_of(server, "m")
     early = server.test("/v2/models/m/infer", body={"inputs": [1]}, silent=True)
     assert early.status_code == 503
@@ -175,8 +177,9 @@ def test_async_load_answers_503_over_http_until_loaded() -> None:
 
 def test_async_load_makes_a_stream_event_wait_then_run() -> None:
     gate = GatedLoad.gate("stream-waits")
-    server = serve({"m": (GatedLoad, {"gate": "stream-waits", "multiplier": 5})},
-                   spec={"load_mode": "async"})
+    server = serve(
+        {"m": (GatedLoad, {"gate": "stream-waits", "multiplier": 5})}, spec={"load_mode": "async"}
+    )
     answers: list[Any] = []
     sender = threading.Thread(
         target=lambda: answers.append(
@@ -193,8 +196,10 @@ def test_async_load_makes_a_stream_event_wait_then_run() -> None:
 
 def test_stream_event_waits_up_to_the_configured_bound() -> None:
     GatedLoad.gate("never-opens")
-    server = serve({"m": (GatedLoad, {"gate": "never-opens"})},
-                   spec={"load_mode": "async", "parameters": {"load_wait_timeout": 0.05}})
+    server = serve(
+        {"m": (GatedLoad, {"gate": "never-opens"})},
+        spec={"load_mode": "async", "parameters": {"load_wait_timeout": 0.05}},
+    )
     answer = server.test("/", body={"inputs": [1]}, trigger="kafka", silent=True)
     assert answer.status_code == 503
     assert answer.body["error"] == "ModelNotReady: model m did not become ready: timeout"
@@ -208,7 +213,7 @@ def test_stream_event_on_a_failed_async_load_is_503_with_the_error() -> None:
     assert "disk on fire" in answer.body["error"]
 
 
-# ---- the hook chain ----------------------------------------------------------------------------
+# ---- the hook chain ----
 
 
 def test_hooks_run_in_order_for_infer() -> None:
@@ -217,7 +222,10 @@ def test_hooks_run_in_order_for_infer() -> None:
     assert answer["outputs"] == [20, 30]  # preprocess adds 1, predict multiplies by 10
     assert answer["post"] is True
     assert model_of(server, "m").calls == [
-        "preprocess:infer", "validate:infer", "predict", "postprocess"
+        "preprocess:infer",
+        "validate:infer",
+        "predict",
+        "postprocess",
     ]
 
 
@@ -227,7 +235,10 @@ def test_hooks_run_in_order_for_explain() -> None:
     assert answer["outputs"] == "because"
     assert "timestamp" not in answer
     assert model_of(server, "m").calls == [
-        "preprocess:explain", "validate:explain", "explain", "postprocess"
+        "preprocess:explain",
+        "validate:explain",
+        "explain",
+        "postprocess",
     ]
 
 
@@ -235,7 +246,12 @@ def test_hooks_run_in_order_for_explain() -> None:
 def test_predict_op_names_reach_predict(op: str) -> None:
     server = serve({"m": Recorder})
     server.test(f"/v2/models/m/{op}", body={"inputs": [1]})
-    assert model_of(server, "m").calls == [f"preprocess:{op}", f"validate:{op}", "predict", "postprocess"]
+    assert model_of(server, "m").calls == [
+        f"preprocess:{op}",
+        f"validate:{op}",
+        "predict",
+        "postprocess",
+    ]
 
 
 def test_validate_raising_a_plain_exception_is_a_400() -> None:
@@ -285,14 +301,15 @@ def test_rows_predict_sees_inputs_exactly_as_sent(inputs: list[Any]) -> None:
     assert answer["outputs"] == inputs
 
 
-# ---- the envelope ---------------------------------------------------------------------------------
+# ---- the envelope ----
 
 
 def test_rows_envelope_fields_and_timestamp() -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     answer = serve({"m": (Multiplier, {"multiplier": 2})}).test(
-        "/v2/models/m/infer", body={"id": "req-1", "inputs": [1, 2]})
-    after = datetime.now(timezone.utc)
+        "/v2/models/m/infer", body={"id": "req-1", "inputs": [1, 2]}
+    )
+    after = datetime.now(UTC)
     assert set(answer) == {"id", "model_name", "outputs", "timestamp"}
     assert answer["id"] == "req-1"
     assert answer["model_name"] == "m"
@@ -307,7 +324,9 @@ def test_id_echoes_the_event_id_without_a_body_id() -> None:
     server = serve({"m": Multiplier})
     answer = server.test("/v2/models/m/infer", body={"inputs": [1]}, event_id="ev-7")
     assert answer["id"] == "ev-7"
-    answer = server.test("/v2/models/m/infer", body={"inputs": [1], "id": "body-id"}, event_id="ev-7")
+    answer = server.test(
+        "/v2/models/m/infer", body={"inputs": [1], "id": "body-id"}, event_id="ev-7"
+    )
     assert answer["id"] == "body-id"
 
 
@@ -323,8 +342,12 @@ def test_explain_envelope_has_no_timestamp() -> None:
     answer = server.test("/v2/models/m/explain", body={"id": "e", "inputs": [1, 2]})
     assert answer == {"id": "e", "model_name": "m", "outputs": {"multiplier": 3, "count": 2}}
     answer = server.test("/v2/models/v/versions/1/explain", body={"id": "e", "inputs": [1]})
-    assert answer == {"id": "e", "model_name": "v", "model_version": "1",
-                      "outputs": {"multiplier": 1, "count": 1}}
+    assert answer == {
+        "id": "e",
+        "model_name": "v",
+        "model_version": "1",
+        "outputs": {"multiplier": 1, "count": 1},
+    }
 
 
 def test_model_without_explain_is_a_501_or_500_not_a_crash() -> None:
@@ -333,11 +356,13 @@ def test_model_without_explain_is_a_501_or_500_not_a_crash() -> None:
     assert answer.body == {"error": "NotImplementedError: model m has no explain()"}
 
 
-# ---- async predict --------------------------------------------------------------------------------
+# ---- async predict ----
 
 
 def test_async_predict_gives_the_same_answers() -> None:
-    server = serve({"sync": (Multiplier, {"multiplier": 7}), "async": (AsyncMultiplier, {"multiplier": 7})})
+    server = serve(
+        {"sync": (Multiplier, {"multiplier": 7}), "async": (AsyncMultiplier, {"multiplier": 7})}
+    )
     for inputs in ([1], [1, 2, 3], [0.5]):
         sync = server.test("/v2/models/sync/infer", body={"id": "x", "inputs": inputs})
         aio = server.test("/v2/models/async/infer", body={"id": "x", "inputs": inputs})
@@ -367,7 +392,7 @@ def test_do_event_directly_with_sync_and_async_predict() -> None:
         assert event.body["outputs"] == [3, 6]
 
 
-# ---- custom operations ---------------------------------------------------------------------------------
+# ---- custom operations ----
 
 
 def test_custom_op_return_value_is_the_body_as_is() -> None:
@@ -403,10 +428,13 @@ def test_custom_op_sees_the_whole_event() -> None:
     ],
 )
 def test_illegal_operation_is_a_400_naming_it(path: str, method: str, op: str) -> None:
-    answer = serve({"m": Multiplier}).test(path, body={"inputs": [1]} if method == "POST" else None,
-                                          method=method, silent=True)
+    answer = serve({"m": Multiplier}).test(
+        path, body={"inputs": [1]} if method == "POST" else None, method=method, silent=True
+    )
     assert answer.status_code == 400
-    assert answer.body == {"error": f"IllegalOperation: illegal model operation '{op}', method={method}"}
+    assert answer.body == {
+        "error": f"IllegalOperation: illegal model operation '{op}', method={method}"
+    }
 
 
 def test_illegal_operation_is_an_invalid_input() -> None:
@@ -415,7 +443,7 @@ def test_illegal_operation_is_an_invalid_input() -> None:
     assert ModelNotReady.status_code == 503
 
 
-# ---- metadata ------------------------------------------------------------------------------------------
+# ---- metadata ----
 
 
 def test_model_metadata_by_get() -> None:
@@ -444,7 +472,7 @@ def test_platform_comes_from_the_class() -> None:
     assert server.test("/v2/models/p", method="GET")["platform"] == "numpy"
 
 
-# ---- metrics and logged results ---------------------------------------------------------------------------
+# ---- metrics and logged results ----
 
 
 def _logged_server(**args: Any) -> tuple[mlserve.GraphServer, RecordingLogger]:
@@ -458,7 +486,10 @@ def test_set_metric_attaches_to_the_next_record_only() -> None:
     server, recorder = _logged_server()
     server.test("/v2/models/m/infer", body={"inputs": [3, 4]})
     server.test("/v2/models/m/infer", body={"inputs": [9]})
-    assert [r["metrics"] for r in recorder.records] == [{"batch": 2, "first": 3}, {"batch": 1, "first": 9}]
+    assert [r["metrics"] for r in recorder.records] == [
+        {"batch": 2, "first": 3},
+        {"batch": 1, "first": 9},
+    ]
     assert model_of(server, "m").metrics == {}
 
 
@@ -500,7 +531,7 @@ def test_no_model_logger_means_nothing_is_logged() -> None:
     assert server.test("/v2/models/m/infer", body={"inputs": [1]})["outputs"] == [1]
 
 
-# ---- get_model -------------------------------------------------------------------------------------------------
+# ---- get_model ----
 
 
 @pytest.fixture
@@ -522,7 +553,12 @@ def test_get_model_with_a_file_path(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("suffix", "chosen"),
-    [(".pkl", "b.pkl"), (".json", "labels.json"), ("weights.pkl", "weights.pkl"), ("", "a-readme.txt")],
+    [
+        (".pkl", "b.pkl"),
+        (".json", "labels.json"),
+        ("weights.pkl", "weights.pkl"),
+        ("", "a-readme.txt"),
+    ],
 )
 def test_get_model_in_a_folder_takes_the_first_file_with_the_suffix(
     model_dir: Path, suffix: str, chosen: str
@@ -556,12 +592,13 @@ def test_get_model_in_load_of_a_served_model(model_dir: Path) -> None:
     assert answer["outputs"] == ["labels.json", ["a-readme.txt", "b.pkl", "weights.pkl"]]
 
 
-# ---- input_path and result_path --------------------------------------------------------------------------------
+# ---- input_path and result_path ----
 
 
 def test_input_path_and_result_path_nested() -> None:
-    server = serve({"m": (Multiplier, {"multiplier": 2, "input_path": "req.data",
-                                       "result_path": "resp.out"})})
+    server = serve(
+        {"m": (Multiplier, {"multiplier": 2, "input_path": "req.data", "result_path": "resp.out"})}
+    )
     body = {"req": {"data": {"inputs": [1, 2], "id": "n1"}}, "keep": 1}
     answer = server.test("/v2/models/m/infer", body=body)
     assert answer["keep"] == 1
@@ -587,16 +624,22 @@ def test_missing_input_path_is_a_400() -> None:
     server = serve({"m": (Multiplier, {"input_path": "req.data"})})
     answer = server.test("/v2/models/m/infer", body={"req": {}}, silent=True)
     assert answer.status_code == 400
-    assert answer.body == {"error": "InvalidInput: input_path 'req.data' not found in the request body"}
+    assert answer.body == {
+        "error": "InvalidInput: input_path 'req.data' not found in the request body"
+    }
 
 
 def test_input_and_result_path_survive_to_class_args() -> None:
     model = Multiplier(name="m", input_path="a", result_path="b.c", multiplier=2)
-    assert model.to_class_args() == {"protocol": "v2", "multiplier": 2, "input_path": "a",
-                                     "result_path": "b.c"}
+    assert model.to_class_args() == {
+        "protocol": "v2",
+        "multiplier": 2,
+        "input_path": "a",
+        "result_path": "b.c",
+    }
 
 
-# ---- numpy in rows answers ---------------------------------------------------------------------------------------
+# ---- numpy in rows answers ----
 
 
 @pytest.mark.parametrize(
@@ -627,7 +670,8 @@ def test_constructor_defaults() -> None:
     assert not model.ready
     assert model.model is None
     assert isinstance(model.context, mlserve.GraphContext)
-    declared = V2ModelServer(name="x", inputs=[{"name": "a", "datatype": "FP32", "shape": [1]}],
-                             model=np.zeros(1))
+    declared = V2ModelServer(
+        name="x", inputs=[{"name": "a", "datatype": "FP32", "shape": [1]}], model=np.zeros(1)
+    )
     assert declared.inputs == [{"name": "a", "datatype": "FP32", "shape": [1]}]
     assert declared.ready

@@ -18,19 +18,21 @@ ROUTER_METADATA = {"name": "ModelRouter", "version": "v2", "extensions": list(EX
 @pytest.fixture(scope="module")
 def server() -> mlserve.GraphServer:
     """m1 (x1), m2 (x2), m3:v1 (x31), m3:v2 (x32)."""
-    return serve({
-        "m1": (Multiplier, {"multiplier": 1}),
-        "m2": (Multiplier, {"multiplier": 2}),
-        "m3:v1": (Multiplier, {"multiplier": 31}),
-        "m3:v2": (Multiplier, {"multiplier": 32}),
-    })
+    return serve(
+        {
+            "m1": (Multiplier, {"multiplier": 1}),
+            "m2": (Multiplier, {"multiplier": 2}),
+            "m3:v1": (Multiplier, {"multiplier": 31}),
+            "m3:v2": (Multiplier, {"multiplier": 32}),
+        }
+    )
 
 
 def _call(server: mlserve.GraphServer, path: str, body: Any = None, method: str = "") -> Any:
     return server.test(path, body=body, method=method, silent=True)
 
 
-# ---- metadata, health, listing -----------------------------------------------------------------
+# ---- metadata, health, listing ----
 
 
 @pytest.mark.parametrize("path", ["/", "", "/v2/health", "/v2/health/"])
@@ -71,7 +73,11 @@ def test_readiness_follows_an_async_load() -> None:
 
 def test_server_metadata(server: mlserve.GraphServer) -> None:
     answer = server.test("/v2")
-    assert answer == {"name": "mlserve", "version": mlserve.__version__, "extensions": list(EXTENSIONS)}
+    assert answer == {
+        "name": "mlserve",
+        "version": mlserve.__version__,
+        "extensions": list(EXTENSIONS),
+    }
     assert server.test("/v2/") == answer
 
 
@@ -84,7 +90,7 @@ def test_listing_keeps_the_order_models_were_added() -> None:
     assert serve({"z": Multiplier, "a": Multiplier}).test("/v2/models") == {"models": ["z", "a"]}
 
 
-# ---- model metadata and readiness ----------------------------------------------------------------
+# ---- model metadata and readiness ----
 
 
 @pytest.mark.parametrize(
@@ -98,16 +104,27 @@ def test_listing_keeps_the_order_models_were_added() -> None:
         ("/v2/models/m3", "m3", "v2", ["v1", "v2"]),  # the highest version
     ],
 )
-def test_model_metadata(server: mlserve.GraphServer, path: str, name: str, version: str,
-                        versions: list[str]) -> None:
-    assert server.test(path) == {"name": name, "version": version, "versions": versions,
-                                 "platform": "", "inputs": [], "outputs": []}
+def test_model_metadata(
+    server: mlserve.GraphServer, path: str, name: str, version: str, versions: list[str]
+) -> None:
+    assert server.test(path) == {
+        "name": name,
+        "version": version,
+        "versions": versions,
+        "platform": "",
+        "inputs": [],
+        "outputs": [],
+    }
 
 
 @pytest.mark.parametrize(
     ("path", "name"),
-    [("/v2/models/m1/ready", "m1"), ("/v2/models/m3/versions/v1/ready", "m3"),
-     ("/v2/models/m3/ready", "m3"), ("/v2/models/m3:v2/ready", "m3")],
+    [
+        ("/v2/models/m1/ready", "m1"),
+        ("/v2/models/m3/versions/v1/ready", "m3"),
+        ("/v2/models/m3/ready", "m3"),
+        ("/v2/models/m3:v2/ready", "m3"),
+    ],
 )
 def test_model_ready(server: mlserve.GraphServer, path: str, name: str) -> None:
     assert server.test(path) == {"name": name, "ready": True}
@@ -119,7 +136,7 @@ def test_model_not_ready_is_503() -> None:
     assert (answer.status_code, answer.body) == (503, {"name": "bad", "ready": False})
 
 
-# ---- inference routes ------------------------------------------------------------------------------
+# ---- inference routes ----
 
 
 @pytest.mark.parametrize(
@@ -140,8 +157,13 @@ def test_model_not_ready_is_503() -> None:
         ("/v2/models/m3", [160], "m3", "v2"),
     ],
 )
-def test_infer_routes(server: mlserve.GraphServer, path: str, outputs: list[int], model_name: str,
-                      model_version: str | None) -> None:
+def test_infer_routes(
+    server: mlserve.GraphServer,
+    path: str,
+    outputs: list[int],
+    model_name: str,
+    model_version: str | None,
+) -> None:
     answer = server.test(path, body={"inputs": [5]})
     assert answer["outputs"] == outputs
     assert answer["model_name"] == model_name
@@ -151,8 +173,11 @@ def test_infer_routes(server: mlserve.GraphServer, path: str, outputs: list[int]
 
 @pytest.mark.parametrize(
     ("path", "multiplier"),
-    [("/v2/models/m1/explain", 1), ("/v2/models/m3/versions/v1/explain", 31),
-     ("/v2/models/m3/explain", 32)],
+    [
+        ("/v2/models/m1/explain", 1),
+        ("/v2/models/m3/versions/v1/explain", 31),
+        ("/v2/models/m3/explain", 32),
+    ],
 )
 def test_explain_routes(server: mlserve.GraphServer, path: str, multiplier: int) -> None:
     answer = server.test(path, body={"inputs": [1, 2]})
@@ -167,7 +192,7 @@ def test_custom_op_routes(server: mlserve.GraphServer, path: str) -> None:
     assert server.test(path, body={"inputs": [4]}) == {"doubled": [8]}
 
 
-# ---- stream form ---------------------------------------------------------------------------------------
+# ---- stream form ----
 
 
 @pytest.mark.parametrize(
@@ -181,8 +206,9 @@ def test_custom_op_routes(server: mlserve.GraphServer, path: str) -> None:
         ({"model": "m2", "operation": "predict", "inputs": [1]}, [2], "m2"),
     ],
 )
-def test_stream_form_on_root(server: mlserve.GraphServer, body: dict[str, Any], outputs: list[int],
-                             model_name: str) -> None:
+def test_stream_form_on_root(
+    server: mlserve.GraphServer, body: dict[str, Any], outputs: list[int], model_name: str
+) -> None:
     answer = server.test("/", body=body)
     assert answer["outputs"] == outputs
     assert answer["model_name"] == model_name
@@ -191,7 +217,9 @@ def test_stream_form_on_root(server: mlserve.GraphServer, body: dict[str, Any], 
 def test_stream_form_operations(server: mlserve.GraphServer) -> None:
     explained = server.test("/", body={"model": "m3:v1", "operation": "explain", "inputs": [1]})
     assert explained["outputs"] == {"multiplier": 31, "count": 1}
-    assert server.test("/", body={"model": "m2", "operation": "double", "inputs": [3]}) == {"doubled": [6]}
+    assert server.test("/", body={"model": "m2", "operation": "double", "inputs": [3]}) == {
+        "doubled": [6]
+    }
 
 
 def test_stream_form_body_id(server: mlserve.GraphServer) -> None:
@@ -202,7 +230,8 @@ def test_stream_form_unknown_model_is_404(server: mlserve.GraphServer) -> None:
     answer = _call(server, "/", body={"model": "nope", "inputs": [1]})
     assert answer.status_code == 404
     assert answer.body == {
-        "error": "ModelNotFound: model nope doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2"
+        "error": "ModelNotFound: model nope doesn't exist, "
+        "available models: m1 | m2 | m3:v1 | m3:v2"
     }
 
 
@@ -215,11 +244,13 @@ def test_stream_form_illegal_operation_is_400(server: mlserve.GraphServer) -> No
 def test_stream_form_from_a_json_string_body(server: mlserve.GraphServer) -> None:
     answer = server.test("/", body='{"model": "m2", "inputs": [2]}')
     assert answer["outputs"] == [4]
-    answer = server.test("/", body=b'{"model": "m3:v1", "inputs": [1]}', content_type="application/json")
+    answer = server.test(
+        "/", body=b'{"model": "m3:v1", "inputs": [1]}', content_type="application/json"
+    )
     assert answer["outputs"] == [31]
 
 
-# ---- highest version --------------------------------------------------------------------------------------
+# ---- highest version ----
 
 
 @pytest.mark.parametrize(
@@ -267,40 +298,93 @@ def test_models_learn_their_sibling_versions_in_numeric_order() -> None:
     assert server.test("/v2/models/other")["versions"] == []
 
 
-# ---- errors ----------------------------------------------------------------------------------------------
+# ---- errors ----
 
 
 @pytest.mark.parametrize(
     ("path", "method", "status", "error"),
     [
-        ("/v2/models/nope/infer", "POST", 404,
-         "ModelNotFound: model nope doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2"),
-        ("/v2/models/nope", "GET", 404,
-         "ModelNotFound: model nope doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2"),
-        ("/v2/models/m3/versions/v9/infer", "POST", 404,
-         "ModelNotFound: model m3:v9 doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2"),
-        ("/v2/models/m1/versions/v1", "GET", 404,
-         "ModelNotFound: model m1:v1 doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2"),
-        ("/v2/models/nope/ready", "GET", 404,
-         "ModelNotFound: model nope doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2"),
-        ("/nowhere", "GET", 404, "ModelNotFound: illegal path /nowhere, must start with /v2/models"),
-        ("/nowhere", "POST", 404, "ModelNotFound: illegal path /nowhere, must start with /v2/models"),
-        ("/v1/models/m1/infer", "POST", 404,
-         "ModelNotFound: illegal path /v1/models/m1/infer, must start with /v2/models"),
-        ("/v2/modelsx", "GET", 404, "ModelNotFound: illegal path /v2/modelsx, must start with /v2/models"),
+        (
+            "/v2/models/nope/infer",
+            "POST",
+            404,
+            "ModelNotFound: model nope doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2",
+        ),
+        (
+            "/v2/models/nope",
+            "GET",
+            404,
+            "ModelNotFound: model nope doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2",
+        ),
+        (
+            "/v2/models/m3/versions/v9/infer",
+            "POST",
+            404,
+            "ModelNotFound: model m3:v9 doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2",
+        ),
+        (
+            "/v2/models/m1/versions/v1",
+            "GET",
+            404,
+            "ModelNotFound: model m1:v1 doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2",
+        ),
+        (
+            "/v2/models/nope/ready",
+            "GET",
+            404,
+            "ModelNotFound: model nope doesn't exist, available models: m1 | m2 | m3:v1 | m3:v2",
+        ),
+        (
+            "/nowhere",
+            "GET",
+            404,
+            "ModelNotFound: illegal path /nowhere, must start with /v2/models",
+        ),
+        (
+            "/nowhere",
+            "POST",
+            404,
+            "ModelNotFound: illegal path /nowhere, must start with /v2/models",
+        ),
+        (
+            "/v1/models/m1/infer",
+            "POST",
+            404,
+            "ModelNotFound: illegal path /v1/models/m1/infer, must start with /v2/models",
+        ),
+        (
+            "/v2/modelsx",
+            "GET",
+            404,
+            "ModelNotFound: illegal path /v2/modelsx, must start with /v2/models",
+        ),
         ("/v2/health/other", "GET", 404, "ModelNotFound: unknown health path /v2/health/other"),
-        ("/v2/models/m1/nope", "POST", 400,
-         "IllegalOperation: illegal model operation 'nope', method=POST"),
-        ("/v2/models/m3/versions/v1/nope", "POST", 400,
-         "IllegalOperation: illegal model operation 'nope', method=POST"),
+        (
+            "/v2/models/m1/nope",
+            "POST",
+            400,
+            "IllegalOperation: illegal model operation 'nope', method=POST",
+        ),
+        (
+            "/v2/models/m3/versions/v1/nope",
+            "POST",
+            400,
+            "IllegalOperation: illegal model operation 'nope', method=POST",
+        ),
     ],
 )
-def test_errors_have_status_and_json_body(server: mlserve.GraphServer, path: str, method: str,
-                                          status: int, error: str) -> None:
+def test_errors_have_status_and_json_body(
+    server: mlserve.GraphServer, path: str, method: str, status: int, error: str
+) -> None:
     answer = _call(server, path, body={"inputs": [1]} if method == "POST" else None, method=method)
     assert (answer.status_code, answer.body) == (status, {"error": error})
-    raw = server.test(path, body={"inputs": [1]} if method == "POST" else None, method=method,
-                      silent=True, get_body=False)
+    raw = server.test(
+        path,
+        body={"inputs": [1]} if method == "POST" else None,
+        method=method,
+        silent=True,
+        get_body=False,
+    )
     assert raw.status_code == status
     assert raw.content_type == "application/json"
     assert mlserve.protocol.tensors.loads(raw.body) == {"error": error}
@@ -310,7 +394,10 @@ def test_stream_form_without_models_is_404() -> None:
     fn = mlserve.new_function("empty")
     fn.set_topology("router")
     answer = fn.to_mock_server().test("/", body={"inputs": [1]}, silent=True)
-    assert (answer.status_code, answer.body) == (404, {"error": "ModelNotFound: no models are served"})
+    assert (answer.status_code, answer.body) == (
+        404,
+        {"error": "ModelNotFound: no models are served"},
+    )
 
 
 def test_a_failing_request_leaves_the_router_serving(server: mlserve.GraphServer) -> None:
@@ -320,7 +407,7 @@ def test_a_failing_request_leaves_the_router_serving(server: mlserve.GraphServer
     assert server.test("/v2/models/m1/infer", body={"inputs": [1]})["outputs"] == [1]
 
 
-# ---- image bodies ------------------------------------------------------------------------------------------
+# ---- image bodies ----
 
 
 @pytest.mark.parametrize("content_type", ["image/png", "image/jpeg", "image/png; q=1"])
@@ -337,7 +424,7 @@ def test_image_body_in_the_stream_form_goes_to_the_first_route() -> None:
     assert answer["outputs"] == ["bytes", 6]
 
 
-# ---- limits -------------------------------------------------------------------------------------------------
+# ---- limits ----
 
 
 def test_max_routes_is_4500_and_more_is_a_clear_error() -> None:
@@ -359,7 +446,7 @@ def test_max_routes_through_add_model() -> None:
         fn.add_model("extra", class_name=Multiplier)
 
 
-# ---- the router object itself ------------------------------------------------------------------------------
+# ---- the router object itself ----
 
 
 def test_router_do_event_synchronously(server: mlserve.GraphServer) -> None:

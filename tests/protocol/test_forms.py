@@ -45,15 +45,19 @@ def test_is_tensor_inputs(inputs: Any, expected: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    "body", [{"inputs": [1, 2]}, {"inputs": [[1, 2]]}, {"inputs": [T, 3]}, {"nothing": 1}, {"inputs": []}]
+    "body",
+    [{"inputs": [1, 2]}, {"inputs": [[1, 2]]}, {"inputs": [T, 3]}, {"nothing": 1}, {"inputs": []}],
 )
 def test_rows_form_is_returned_as_it_came(body: dict[str, Any]) -> None:
     assert decode_request(body) is body
 
 
 def test_one_tensor_is_an_ndarray_with_the_originals_beside_it() -> None:
-    body = {"id": "r", "inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32",
-                                   "data": [1, 2, 3, 4]}], "parameters": {"p": 1}}
+    body = {
+        "id": "r",
+        "inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}],
+        "parameters": {"p": 1},
+    }
     request = decode_request(body)
     assert isinstance(request, InferenceRequest)
     assert isinstance(request["inputs"], np.ndarray)
@@ -66,8 +70,9 @@ def test_one_tensor_is_an_ndarray_with_the_originals_beside_it() -> None:
 
 
 def test_several_tensors_are_a_dict_by_name() -> None:
-    request = decode_request({"inputs": [T, {"name": "y", "shape": [1], "datatype": "BYTES",
-                                            "data": ["a"]}]})
+    request = decode_request(
+        {"inputs": [T, {"name": "y", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}
+    )
     assert set(request["inputs"]) == {"x", "y"}
     assert request["inputs"]["x"].tolist() == [1, 2]
     assert request["inputs"]["y"].tolist() == ["a"]
@@ -88,7 +93,10 @@ def test_a_tensor_given_twice_is_400() -> None:
         ({**T, "data": ["a", "b"]}, "tensor 'x': 'a' is not a valid INT32 value"),
         ({**T, "shape": [-2]}, "tensor 'x': shape [-2] must hold non-negative integers"),
         ({"name": "x", "shape": [1], "datatype": "FP32"}, "tensor 'x': missing 'data'"),
-        ({**T, "datatype": "BF16", "data": [1.0, 2.0]}, "tensor 'x': BF16 data must be sent in binary form"),
+        (
+            {**T, "datatype": "BF16", "data": [1.0, 2.0]},
+            "tensor 'x': BF16 data must be sent in binary form",
+        ),
         ({**T, "datatype": "UINT8", "data": [1, 300]}, "tensor 'x': 300 is out of range for UINT8"),
     ],
 )
@@ -98,7 +106,7 @@ def test_bad_tensors_are_400_naming_the_tensor(tensor: dict[str, Any], message: 
     assert str(info.value).startswith(message)
 
 
-# ---- declared inputs ---------------------------------------------------------------------------------
+# ---- declared inputs ----
 
 DECLARED = [
     {"name": "features", "datatype": "FP32", "shape": [-1, 3]},
@@ -111,29 +119,45 @@ def _tensors(**arrays: Any) -> dict[str, np.ndarray]:
 
 
 def test_declared_inputs_accept_matching_tensors() -> None:
-    check_declared_inputs(_tensors(features=np.zeros((2, 3), np.float32), mask=np.ones(2, bool)),
-                          DECLARED)
-    check_declared_inputs(_tensors(features=np.zeros((0, 3), np.float32), mask=np.ones(7, bool)),
-                          DECLARED)
+    check_declared_inputs(
+        _tensors(features=np.zeros((2, 3), np.float32), mask=np.ones(2, bool)), DECLARED
+    )
+    check_declared_inputs(
+        _tensors(features=np.zeros((0, 3), np.float32), mask=np.ones(7, bool)), DECLARED
+    )
 
 
 @pytest.mark.parametrize(
     ("tensors", "message"),
     [
-        (_tensors(features=np.zeros((2, 3), np.int32), mask=np.ones(2, bool)),
-         "input 'features' has datatype INT32, expected FP32"),
-        (_tensors(features=np.zeros((2, 4), np.float32), mask=np.ones(2, bool)),
-         "input 'features' has shape [2, 4], expected [-1, 3]"),
-        (_tensors(features=np.zeros(3, np.float32), mask=np.ones(2, bool)),
-         "input 'features' has shape [3], expected [-1, 3]"),
+        (
+            _tensors(features=np.zeros((2, 3), np.int32), mask=np.ones(2, bool)),
+            "input 'features' has datatype INT32, expected FP32",
+        ),
+        (
+            _tensors(features=np.zeros((2, 4), np.float32), mask=np.ones(2, bool)),
+            "input 'features' has shape [2, 4], expected [-1, 3]",
+        ),
+        (
+            _tensors(features=np.zeros(3, np.float32), mask=np.ones(2, bool)),
+            "input 'features' has shape [3], expected [-1, 3]",
+        ),
         (_tensors(features=np.zeros((2, 3), np.float32)), "missing input 'mask'"),
-        (_tensors(features=np.zeros((2, 3), np.float32), mask=np.ones(2, bool), extra=np.ones(1)),
-         "unexpected input 'extra', the model's inputs are ['features', 'mask']"),
-        (_tensors(features=np.zeros((2, 3), np.float32), mask=np.ones((2, 1), bool)),
-         "input 'mask' has shape [2, 1], expected [-1]"),
+        (
+            _tensors(
+                features=np.zeros((2, 3), np.float32), mask=np.ones(2, bool), extra=np.ones(1)
+            ),
+            "unexpected input 'extra', the model's inputs are ['features', 'mask']",
+        ),
+        (
+            _tensors(features=np.zeros((2, 3), np.float32), mask=np.ones((2, 1), bool)),
+            "input 'mask' has shape [2, 1], expected [-1]",
+        ),
     ],
 )
-def test_declared_input_mismatch_names_the_input(tensors: dict[str, np.ndarray], message: str) -> None:
+def test_declared_input_mismatch_names_the_input(
+    tensors: dict[str, np.ndarray], message: str
+) -> None:
     with pytest.raises(InvalidInput) as info:
         check_declared_inputs(tensors, DECLARED)
     assert str(info.value) == message
@@ -147,8 +171,9 @@ def test_one_declared_input_accepts_one_tensor_of_any_name() -> None:
 
 
 def test_declared_bf16_accepts_its_float32_decoding() -> None:
-    check_declared_inputs(_tensors(x=np.zeros(2, np.float32)),
-                          [{"name": "x", "datatype": "BF16", "shape": [2]}])
+    check_declared_inputs(
+        _tensors(x=np.zeros(2, np.float32)), [{"name": "x", "datatype": "BF16", "shape": [2]}]
+    )
 
 
 def test_declared_input_without_datatype_or_shape_checks_what_is_given() -> None:
@@ -156,7 +181,7 @@ def test_declared_input_without_datatype_or_shape_checks_what_is_given() -> None
     check_declared_inputs(_tensors(x=np.zeros((5, 5))), [{"name": "x", "datatype": "FP64"}])
 
 
-# ---- output tensors ----------------------------------------------------------------------------------
+# ---- output tensors ----
 
 
 def test_an_array_like_is_one_tensor_with_the_default_name() -> None:
@@ -205,8 +230,13 @@ def test_bad_requested_outputs_are_400(request_outputs: Any, message: str) -> No
         ({}, False),
         ({"parameters": {"binary_data_output": True}}, True),
         ({"outputs": [{"name": "o", "parameters": {"binary_data": True}}]}, True),
-        ({"outputs": [{"name": "o", "parameters": {"binary_data": False}}],
-          "parameters": {"binary_data_output": True}}, False),
+        (
+            {
+                "outputs": [{"name": "o", "parameters": {"binary_data": False}}],
+                "parameters": {"binary_data_output": True},
+            },
+            False,
+        ),
         ({"outputs": [{"name": "other", "parameters": {"binary_data": True}}]}, False),
     ],
 )
@@ -215,14 +245,15 @@ def test_wants_binary(body: dict[str, Any], binary: bool) -> None:
 
 
 def test_binary_outputs_carry_raw_bytes() -> None:
-    (output,) = build_outputs(np.arange(3, dtype=np.int32), {"parameters": {"binary_data_output": True}},
-                              "o")
+    (output,) = build_outputs(
+        np.arange(3, dtype=np.int32), {"parameters": {"binary_data_output": True}}, "o"
+    )
     assert output[RAW] == np.arange(3, dtype=np.int32).tobytes()
     assert output["parameters"] == {"binary_data_size": 12}
     assert "data" not in output
 
 
-# ---- the JSON body rule (S7) -------------------------------------------------------------------------
+# ---- the JSON body rule (S7) ----
 
 
 @pytest.mark.parametrize(
@@ -243,7 +274,9 @@ def test_parse_json_body(body: Any, content_type: str, expected: Any) -> None:
     assert parse_json_body(body, content_type) == expected
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "text/json", "json", "Application/JSON"])
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "text/json", "json", "Application/JSON"]
+)
 def test_parse_json_body_bad_json_with_json_type_is_400(content_type: str) -> None:
     with pytest.raises(InvalidInput, match="invalid JSON"):
         parse_json_body("{nope", content_type)

@@ -18,7 +18,7 @@ def server() -> GraphServer:
     return serve({"m": (Multiplier, {"multiplier": 2}), "bad": Raising})
 
 
-# ---- test(): method, silent, get_body ------------------------------------------------------------
+# ---- test(): method, silent, get_body ----
 
 
 def test_method_defaults_to_post_with_a_body_and_get_without(server: GraphServer) -> None:
@@ -38,7 +38,9 @@ def test_error_raises_a_runtime_error_with_status_and_body(server: GraphServer) 
     error = info.value
     assert isinstance(error, ServingRequestError)
     assert error.status_code == 404
-    assert error.body == {"error": "ModelNotFound: model nope doesn't exist, available models: m | bad"}
+    assert error.body == {
+        "error": "ModelNotFound: model nope doesn't exist, available models: m | bad"
+    }
     assert "404" in str(error)
 
 
@@ -51,8 +53,9 @@ def test_error_raises_a_runtime_error_with_status_and_body(server: GraphServer) 
         ("/v2/models/bad/infer", {"inputs": [1]}, 500),
     ],
 )
-def test_silent_returns_the_response_object(server: GraphServer, path: str, body: Any,
-                                           status: int) -> None:
+def test_silent_returns_the_response_object(
+    server: GraphServer, path: str, body: Any, status: int
+) -> None:
     with pytest.raises(ServingRequestError) as info:
         server.test(path, body=body)
     assert info.value.status_code == status
@@ -85,8 +88,13 @@ def test_get_body_false_with_an_error_still_raises_unless_silent(server: GraphSe
 
 
 def test_test_passes_headers_id_and_trigger_to_the_event(server: GraphServer) -> None:
-    answer = server.test("/v2/models/m/event", body={"a": 1}, headers={"X-Custom": "v"},
-                         event_id="ev-1", trigger="kafka")
+    answer = server.test(
+        "/v2/models/m/event",
+        body={"a": 1},
+        headers={"X-Custom": "v"},
+        event_id="ev-1",
+        trigger="kafka",
+    )
     assert answer["headers"] == {"x-custom": "v"}
     assert answer["id"] == "ev-1"
     assert answer["trigger"] == "kafka"
@@ -105,25 +113,37 @@ def test_test_without_a_graph_is_a_clear_error() -> None:
         GraphServer().init_object()
 
 
-# ---- body parsing (S7) ---------------------------------------------------------------------------------
+# ---- body parsing (S7) ----
 
 
 @pytest.mark.parametrize(
     "content_type",
-    [None, "", "application/json", "application/json; charset=utf-8", "text/json", "APPLICATION/JSON"],
+    [
+        None,
+        "",
+        "application/json",
+        "application/json; charset=utf-8",
+        "text/json",
+        "APPLICATION/JSON",
+    ],
 )
 @pytest.mark.parametrize("encode", [str, str.encode])
-def test_str_and_bytes_bodies_are_parsed_as_json(server: GraphServer, content_type: str | None,
-                                                 encode: Any) -> None:
-    answer = server.test("/v2/models/m/infer", body=encode('{"inputs": [1, 2]}'),
-                         content_type=content_type)
+def test_str_and_bytes_bodies_are_parsed_as_json(
+    server: GraphServer, content_type: str | None, encode: Any
+) -> None:
+    answer = server.test(
+        "/v2/models/m/infer", body=encode('{"inputs": [1, 2]}'), content_type=content_type
+    )
     assert answer["outputs"] == [2, 4]
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "text/json", "application/json; charset=utf-8"])
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "text/json", "application/json; charset=utf-8"]
+)
 @pytest.mark.parametrize("body", ['{"inputs": [1', "not json", b"\xff\xfe", "{'a': 1}"])
-def test_bad_json_with_a_json_content_type_is_400(server: GraphServer, content_type: str,
-                                                  body: Any) -> None:
+def test_bad_json_with_a_json_content_type_is_400(
+    server: GraphServer, content_type: str, body: Any
+) -> None:
     response = server.test("/v2/models/m/infer", body=body, content_type=content_type, silent=True)
     assert response.status_code == 400
     assert response.body["error"].startswith("InvalidInput: invalid JSON: ")
@@ -133,16 +153,22 @@ def test_bad_json_without_a_content_type_keeps_the_raw_body(server: GraphServer)
     assert server.test("/v2/models/m/echo", body="plain words") == "plain words"
     response = server.test("/v2/models/m/infer", body="plain words", silent=True)
     assert (response.status_code, response.body) == (
-        400, {"error": "InvalidInput: the request body must be a JSON object, got str"})
+        400,
+        {"error": "InvalidInput: the request body must be a JSON object, got str"},
+    )
 
 
 @pytest.mark.parametrize(
     ("content_type", "body"),
-    [("text/plain", '{"inputs": [1]}'), ("application/octet-stream", b'{"inputs": [1]}'),
-     ("text/csv", "a,b\n1,2")],
+    [
+        ("text/plain", '{"inputs": [1]}'),
+        ("application/octet-stream", b'{"inputs": [1]}'),
+        ("text/csv", "a,b\n1,2"),
+    ],
 )
-def test_other_content_types_keep_the_raw_body(server: GraphServer, content_type: str,
-                                               body: Any) -> None:
+def test_other_content_types_keep_the_raw_body(
+    server: GraphServer, content_type: str, body: Any
+) -> None:
     answer = server.test("/v2/models/m/event", body=body, content_type=content_type)
     expected = body.decode() if isinstance(body, bytes) else body
     assert answer["body"] == expected
@@ -152,8 +178,12 @@ def test_other_content_types_keep_the_raw_body(server: GraphServer, content_type
 def test_a_text_answer_is_sent_as_text_and_bytes_as_octets(server: GraphServer) -> None:
     text = server.test("/v2/models/m/echo", body="hello", content_type="text/plain", get_body=False)
     assert (text.body, text.content_type) == (b"hello", "text/plain")
-    raw = server.test("/v2/models/m/echo", body=b"\x00\x01", content_type="application/octet-stream",
-                      get_body=False)
+    raw = server.test(
+        "/v2/models/m/echo",
+        body=b"\x00\x01",
+        content_type="application/octet-stream",
+        get_body=False,
+    )
     assert (raw.body, raw.content_type) == (b"\x00\x01", "application/octet-stream")
 
 
@@ -171,10 +201,11 @@ def test_default_content_type_forces_json_parsing() -> None:
 
 def test_dict_bodies_are_not_touched(server: GraphServer) -> None:
     assert server.test("/v2/models/m/echo", body={"k": [1, "2"]}, content_type="text/plain") == {
-        "k": [1, "2"]}
+        "k": [1, "2"]
+    }
 
 
-# ---- errors ---------------------------------------------------------------------------------------------------
+# ---- errors ----
 
 
 def test_verbose_adds_a_traceback_to_errors() -> None:
@@ -187,11 +218,14 @@ def test_verbose_adds_a_traceback_to_errors() -> None:
 
 def test_an_error_answers_and_the_server_keeps_serving(server: GraphServer) -> None:
     for _ in range(5):
-        assert server.test("/v2/models/bad/infer", body={"inputs": [1]}, silent=True).status_code == 500
+        assert (
+            server.test("/v2/models/bad/infer", body={"inputs": [1]}, silent=True).status_code
+            == 500
+        )
     assert server.test("/v2/models/m/infer", body={"inputs": [1]})["outputs"] == [2]
 
 
-# ---- load_mode async ------------------------------------------------------------------------------------------
+# ---- load_mode async ----
 
 
 @pytest.mark.parametrize("trigger", [None, "", "http", "grpc"])
@@ -201,18 +235,25 @@ def test_async_load_is_503_for_http_like_triggers(trigger: str | None) -> None:
     server = serve({"m": (GatedLoad, {"gate": gate})}, spec={"load_mode": "async"})
     response = server.test("/v2/models/m/infer", body={"inputs": [1]}, trigger=trigger, silent=True)
     assert (response.status_code, response.body) == (
-        503, {"error": "ModelNotReady: model m is not ready yet"})
+        503,
+        {"error": "ModelNotReady: model m is not ready yet"},
+    )
     GatedLoad.gate(gate).set()
 
 
 @pytest.mark.parametrize("trigger", ["kafka", "kafka-cluster", "v3ioStream", "cron"])
 def test_async_load_makes_stream_triggers_wait_then_run(trigger: str) -> None:
     gate = GatedLoad.gate(f"stream-{trigger}")
-    server = serve({"m": (GatedLoad, {"gate": f"stream-{trigger}", "multiplier": 3})},
-                   spec={"load_mode": "async"})
+    server = serve(
+        {"m": (GatedLoad, {"gate": f"stream-{trigger}", "multiplier": 3})},
+        spec={"load_mode": "async"},
+    )
     answers: list[Any] = []
-    sender = threading.Thread(target=lambda: answers.append(
-        server.test("/v2/models/m/infer", body={"inputs": [2]}, trigger=trigger, silent=True)))
+    sender = threading.Thread(
+        target=lambda: answers.append(
+            server.test("/v2/models/m/infer", body={"inputs": [2]}, trigger=trigger, silent=True)
+        )
+    )
     sender.start()
     sender.join(0.3)
     assert sender.is_alive(), answers
@@ -228,7 +269,7 @@ def test_load_mode_sync_is_the_default() -> None:
     assert model_of(server, "m").ready
 
 
-# ---- run() ---------------------------------------------------------------------------------------------
+# ---- run() ----
 
 
 def test_run_returns_an_encoded_response_or_the_body(server: GraphServer) -> None:
@@ -245,8 +286,9 @@ async def test_run_async_is_the_one_code_path(server: GraphServer) -> None:
     response = await server.run_async(Event(body={"inputs": [1]}, path="/v2/models/m/infer"))
     assert response.status_code == 200
     assert response.body["outputs"] == [2]
-    response = await server.run_async(Event(body=b"{bad", content_type="application/json",
-                                            path="/v2/models/m/infer"))
+    response = await server.run_async(
+        Event(body=b"{bad", content_type="application/json", path="/v2/models/m/infer")
+    )
     assert response.status_code == 400
 
 
