@@ -377,6 +377,13 @@ HTTP_CASES: list[tuple[str, str, bytes | None, str]] = [
         "application/json",
     ),
     ("POST", "/v2/models/nope/infer", b'{"inputs": [1]}', "application/json"),
+    (
+        "POST",
+        "/v2/models/scaler/infer",
+        b'{"id": "j", "inputs": [7]}',
+        "application/x-www-form-urlencoded",
+    ),  # what `curl -d` sends
+    ("POST", "/v2/models/scaler/infer", b"image bytes", "image/png"),
     ("GET", "/nowhere", None, ""),
     ("POST", "/v2/models/scaler/infer", b'{"inputs": [1', "application/json"),
     ("POST", "/v2/models/scaler/infer", b'{"nothing": 1}', "application/json"),

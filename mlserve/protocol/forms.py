@@ -20,6 +20,7 @@ __all__ = [
     "build_outputs",
     "check_declared_inputs",
     "decode_request",
+    "is_json_type",
     "is_tensor_inputs",
     "parse_json_body",
     "wants_binary",
@@ -36,17 +37,19 @@ def parse_json_body(body: Any, content_type: str) -> Any:
     Bad JSON is a 400 only when the content type says JSON; with no content
     type, and with any other content type, the raw body is kept.
     """
-    if not isinstance(body, (str, bytes, bytearray, memoryview)):
-        return body
-    media_type = (content_type or "").split(";")[0].strip().lower()
-    if media_type not in JSON_TYPES:
+    if not isinstance(body, (str, bytes, bytearray, memoryview)) or not is_json_type(content_type):
         return body
     try:
         return loads(body)
     except InvalidInput:
-        if media_type:
+        if content_type:
             raise
         return body
+
+
+def is_json_type(content_type: str | None) -> bool:
+    """True for JSON content types, and for none at all (JSON is the default)."""
+    return (content_type or "").split(";")[0].strip().lower() in JSON_TYPES
 
 
 def is_tensor_inputs(inputs: Any) -> bool:

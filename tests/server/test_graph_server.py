@@ -161,9 +161,10 @@ def test_bad_json_without_a_content_type_keeps_the_raw_body(server: GraphServer)
 @pytest.mark.parametrize(
     ("content_type", "body"),
     [
-        ("text/plain", '{"inputs": [1]}'),
-        ("application/octet-stream", b'{"inputs": [1]}'),
+        ("text/plain", "hello there"),
+        ("application/octet-stream", b"raw bytes"),
         ("text/csv", "a,b\n1,2"),
+        ("application/x-www-form-urlencoded", "a=1&b=2"),
     ],
 )
 def test_other_content_types_keep_the_raw_body(
@@ -173,6 +174,19 @@ def test_other_content_types_keep_the_raw_body(
     expected = body.decode() if isinstance(body, bytes) else body
     assert answer["body"] == expected
     assert answer["content_type"] == content_type
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/x-www-form-urlencoded", "text/plain", "application/octet-stream"]
+)
+def test_a_json_body_under_another_content_type_is_read_as_json(
+    server: GraphServer, content_type: str
+) -> None:
+    # `curl -d '{...}'` sends application/x-www-form-urlencoded: the router reads JSON anyway.
+    answer = server.test(
+        "/v2/models/m/infer", body=b'{"inputs": [1, 2]}', content_type=content_type
+    )
+    assert answer["outputs"] == [2, 4]
 
 
 def test_a_text_answer_is_sent_as_text_and_bytes_as_octets(server: GraphServer) -> None:
