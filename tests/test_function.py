@@ -409,6 +409,8 @@ def _comparable(body: bytes) -> Any:
     decoded = json.loads(body)
     if isinstance(decoded, dict):
         decoded.pop("timestamp", None)
+        if len(str(decoded.get("id", ""))) == 32:  # a generated event id differs per event
+            decoded["id"] = "generated"
     return decoded
 
 
