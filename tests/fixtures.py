@@ -299,3 +299,14 @@ def serve(models: dict[str, Any], **kwargs: Any) -> mlserve.GraphServer:
     for name, value in kwargs.pop("spec", {}).items():
         setattr(fn.spec, name, value)
     return fn.to_mock_server(**kwargs)
+
+
+class BlockingPredict(V2ModelServer):
+    """A plain ``predict`` that blocks until its gate opens."""
+
+    gate = threading.Event()
+
+    def predict(self, request: dict[str, Any]) -> list[Any]:
+        if not BlockingPredict.gate.wait(30):
+            raise TimeoutError("the test never opened the gate")
+        return ["unblocked"]

@@ -675,3 +675,23 @@ def test_constructor_defaults() -> None:
     )
     assert declared.inputs == [{"name": "a", "datatype": "FP32", "shape": [1]}]
     assert declared.ready
+
+
+def test_a_blocking_plain_predict_does_not_block_the_event_loop() -> None:
+    from tests.fixtures import BlockingPredict
+
+    server = serve({"slow": BlockingPredict, "fast": (AsyncMultiplier, {"multiplier": 2})})
+    answers: list[Any] = []
+    slow = threading.Thread(
+        target=lambda: answers.append(server.test("/v2/models/slow/infer", body={"inputs": [1]}))
+    )
+    slow.start()
+    try:
+        # the async model answers on the loop while the plain predict blocks its worker thread
+        for i in range(5):
+            assert server.test("/v2/models/fast/infer", body={"inputs": [i]})["outputs"] == [2 * i]
+        assert slow.is_alive() and answers == []
+    finally:
+        BlockingPredict.gate.set()
+        slow.join(10)
+    assert answers[0]["outputs"] == ["unblocked"]
