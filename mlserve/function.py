@@ -248,10 +248,23 @@ class ServingFunction:
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
-    def export(self, target: str = "") -> str:
-        """Write the whole function (graph included) as YAML; returns the path."""
+    def to_nuclio_config(self) -> dict[str, Any]:
+        """A nuclio function config running this function in nuclio's Python runtime (S12)."""
+        from mlserve.runtimes.nuclio import function_config
+
+        return function_config(self)
+
+    def export(self, target: str = "", format: str = "") -> str:
+        """Write the whole function (graph included) as YAML, or JSON for a ``.json``
+        path; ``format="nuclio"`` writes a nuclio function config. Returns the path."""
+        if format not in ("", "nuclio"):
+            raise ValueError(f"unknown export format '{format}', use '' or 'nuclio'")
+        struct = self.to_nuclio_config() if format == "nuclio" else self.to_dict()
         path = Path(target or f"function-{self.metadata.name}.yaml")
-        path.write_text(self.to_yaml() if path.suffix != ".json" else json.dumps(self.to_dict(), indent=2))
+        if path.suffix == ".json":
+            path.write_text(json.dumps(struct, indent=2))
+        else:
+            path.write_text(yaml.safe_dump(struct, sort_keys=False))
         return str(path)
 
 

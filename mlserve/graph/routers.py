@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from mlserve.context import GraphContext
-from mlserve.protocol.errors import ModelNotFound
+from mlserve.protocol.errors import InvalidInput, ModelNotFound
+from mlserve.protocol.forms import is_json_type
 from mlserve.protocol.tensors import loads
 from mlserve.server.aio import drive
 from mlserve.server.events import Event, Response
@@ -127,12 +128,19 @@ class BaseModelRouter:
     # ---- dispatch ----------------------------------------------------------------
 
     def parse_body(self, event: Event) -> Any:
-        """A body not yet parsed: an image becomes ``inputs: [bytes]``, else JSON."""
+        """A body not yet parsed: an image becomes ``inputs: [bytes]``, else JSON if it is."""
         body = event.body
         if isinstance(body, (bytes, bytearray, memoryview, str)):
             if (event.content_type or "").startswith("image/"):
                 return {self.inputs_key: [bytes(body) if not isinstance(body, str) else body.encode()]}
-            return loads(body)
+            # As in mlrun, JSON whatever the content type (curl -d sends a form type);
+            # a body that is not JSON reaches the model raw, unless it claims to be JSON.
+            try:
+                return loads(body)
+            except InvalidInput:
+                if is_json_type(event.content_type) and event.content_type:
+                    raise
+                return body
         return body
 
     def preprocess(self, event: Event) -> Event:

@@ -262,6 +262,12 @@ class TaskStep(BaseStep):
             return lambda event: run_in_threadpool(obj.do_event, event)
         raise ValueError(f"step '{self.name}' has no class with do_event(); handlers belong in a flow")
 
+    def run(self, event: Event) -> Event:
+        """Handle an event synchronously, through the object's own sync API."""
+        if self._object is not None and hasattr(self._object, "do_event"):
+            return self._object.do_event(event)  # type: ignore[no-any-return]
+        return super().run(event)
+
     async def run_async(self, event: Event) -> Event:
         assert self._call is not None, f"step '{self.name}' is not initialised"
         return await self._call(event)  # type: ignore[no-any-return]

@@ -13,18 +13,43 @@ from typing import Any
 import numpy as np
 
 from mlserve.protocol.errors import InvalidInput
-from mlserve.protocol.tensors import RAW, datatype_of, decode_tensor, encode_tensor
+from mlserve.protocol.tensors import RAW, datatype_of, decode_tensor, encode_tensor, loads
 
 __all__ = [
     "InferenceRequest",
     "build_outputs",
     "check_declared_inputs",
     "decode_request",
+    "is_json_type",
     "is_tensor_inputs",
+    "parse_json_body",
     "wants_binary",
 ]
 
+JSON_TYPES = ("", "application/json", "text/json", "json")
+
 _TENSOR_KEYS = ("name", "shape", "datatype")
+
+
+def parse_json_body(body: Any, content_type: str) -> Any:
+    """A str/bytes body parsed as JSON when the content type is empty or JSON (S7).
+
+    Bad JSON is a 400 only when the content type says JSON; with no content
+    type, and with any other content type, the raw body is kept.
+    """
+    if not isinstance(body, (str, bytes, bytearray, memoryview)) or not is_json_type(content_type):
+        return body
+    try:
+        return loads(body)
+    except InvalidInput:
+        if content_type:
+            raise
+        return body
+
+
+def is_json_type(content_type: str | None) -> bool:
+    """True for JSON content types, and for none at all (JSON is the default)."""
+    return (content_type or "").split(";")[0].strip().lower() in JSON_TYPES
 
 
 def is_tensor_inputs(inputs: Any) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 from mlserve.context import GraphContext
 from mlserve.graph.steps import BaseStep, step_from_dict
 from mlserve.protocol.errors import InvalidInput, error_body, status_of
+from mlserve.protocol.forms import parse_json_body
 from mlserve.protocol.tensors import RAW, dumps, join_binary_body, loads, split_binary_body
 from mlserve.server.aio import BackgroundLoop
 from mlserve.server.events import Event, Response, Trigger
@@ -22,8 +23,6 @@ from mlserve.server.events import Event, Response, Trigger
 __all__ = ["GraphServer", "ServerHandler", "ServingRequestError", "create_graph_server", "encode_response"]
 
 logger = logging.getLogger("mlserve.server")
-
-JSON_TYPES = ("", "application/json", "text/json")
 
 # A server-level route answered before the graph (metrics, stats, repository,
 # endpoint records, ...): returns None, quickly, for paths that are not its own.
@@ -139,7 +138,7 @@ class GraphServer:
         body = event.body
         if isinstance(body, Response):
             return body
-        return Response(body)
+        return Response(body, content_type=_content_type_of(body))
 
     def run(self, event: Event, context: Any = None, get_body: bool = False) -> Any:
         """Answer one event synchronously: the body (``get_body``) or an encoded Response."""
@@ -193,13 +192,7 @@ class GraphServer:
         if header_length is not None:
             event.body = split_binary_body(bytes(body), _int_header(header_length))
             return
-        content_type = event.content_type.split(";")[0].strip().lower()
-        if content_type in JSON_TYPES:
-            try:
-                event.body = loads(body)
-            except InvalidInput:
-                if content_type:
-                    raise
+        event.body = parse_json_body(body, event.content_type)
 
     def error_response(self, exc: BaseException) -> Response:
         status = status_of(exc)
@@ -209,6 +202,15 @@ class GraphServer:
         if self.verbose:
             body["traceback"] = "".join(traceback.format_exception(exc))
         return Response(body, status_code=status)
+
+
+def _content_type_of(body: Any) -> str:
+    """What a body the graph returned is sent as: text and bytes are not JSON."""
+    if isinstance(body, str):
+        return "text/plain"
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return "application/octet-stream"
+    return "application/json"
 
 
 def _header(headers: dict[str, Any], name: str) -> Any:
