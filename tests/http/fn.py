@@ -13,6 +13,7 @@ import numpy as np
 import mlserve
 
 _gate = threading.Event()
+_waiting = threading.Event()
 _busy = threading.Event()
 
 
@@ -45,10 +46,15 @@ class Version(mlserve.V2ModelServer):
 
 
 class Gate(mlserve.V2ModelServer):
-    """A sync predict that blocks until ``release`` is called (or 30 s pass)."""
+    """A sync predict that blocks until ``release`` is called (or 30 s pass);
+    ``waiting`` tells whether a predict has started."""
 
     def predict(self, request: dict[str, Any]) -> Any:
+        _waiting.set()
         return [_gate.wait(30)]
+
+    def op_waiting(self, event: Any) -> Any:
+        return {"waiting": _waiting.is_set()}
 
     def op_release(self, event: Any) -> Any:
         _gate.set()
