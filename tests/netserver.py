@@ -46,8 +46,18 @@ class ServerProcess:
 def start_server(*args: str, target: str = FN) -> ServerProcess:
     """Serve ``target`` with HTTP and gRPC on free ports; returns once both listen."""
     port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "mlserve", "serve", target, "--port", str(port),
-               "--grpc-port", str(grpc_port), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "mlserve",
+        "serve",
+        target,
+        "--port",
+        str(port),
+        "--grpc-port",
+        str(grpc_port),
+        *args,
+    ]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     server = ServerProcess(proc, port, grpc_port)
     try:

@@ -16,8 +16,11 @@ def test_sigterm_drains_in_flight_requests_then_exits_0() -> None:
     answers: list[httpx.Response] = []
     try:
         with httpx.Client(base_url=server.url, timeout=60) as http:
-            slow = threading.Thread(target=lambda: answers.append(
-                http.post("/v2/models/sleepy/infer", json={"inputs": [1.0]})))
+            slow = threading.Thread(
+                target=lambda: answers.append(
+                    http.post("/v2/models/sleepy/infer", json={"inputs": [1.0]})
+                )
+            )
             slow.start()
             with httpx.Client(base_url=server.url, timeout=60) as probe:
                 while not probe.get("/v2/models/sleepy/busy").json()["busy"]:

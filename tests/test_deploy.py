@@ -29,7 +29,9 @@ def test_deploy_and_invoke(backend: mlserve.ServingFunction) -> None:
     assert url.startswith("http://127.0.0.1:")
     assert backend.invoke("/v2/health/ready") == {"ready": True}
     assert backend.invoke("/v2/models/echo/infer", {"inputs": [1, 2]})["outputs"] == [1, 2]
-    assert backend.invoke("v2/models/echo/infer", b'{"inputs": [3]}', method="POST")["outputs"] == [3]
+    assert backend.invoke("v2/models/echo/infer", b'{"inputs": [3]}', method="POST")["outputs"] == [
+        3
+    ]
     with pytest.raises(ServingRequestError) as info:
         backend.invoke("/v2/models/nope/infer", {"inputs": [1]})
     assert info.value.status_code == 404 and "nope" in info.value.body["error"]
@@ -57,8 +59,10 @@ def front(backend: mlserve.ServingFunction) -> mlserve.ServingFunction:
 
 def test_remote_model_forwards(front: mlserve.ServingFunction) -> None:
     server = front.to_mock_server()
-    body = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}],
-            "outputs": [{"name": "total"}]}
+    body = {
+        "inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}],
+        "outputs": [{"name": "total"}],
+    }
     answer = server.test("/v2/models/tripler/infer", body=body)
     assert answer["model_name"] == "scale"
     assert answer["outputs"] == [{"name": "total", "datatype": "FP32", "shape": [1], "data": [3.0]}]

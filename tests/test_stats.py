@@ -21,7 +21,9 @@ def test_counts_and_durations() -> None:
     assert entry["inference_stats"]["fail"] == {"count": 1, "ns": 7}
     assert entry["inference_stats"]["compute_infer"] == {"count": 2, "ns": 150}
     assert [(b["batch_size"], b["compute_infer"]) for b in entry["batch_stats"]] == [
-        (1, {"count": 1, "ns": 30}), (2, {"count": 1, "ns": 120})]
+        (1, {"count": 1, "ns": 30}),
+        (2, {"count": 1, "ns": 120}),
+    ]
 
 
 def test_threads_lose_no_count() -> None:

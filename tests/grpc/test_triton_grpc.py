@@ -49,8 +49,9 @@ def test_health_and_metadata(client: grpcclient.InferenceServerClient) -> None:
         ("BYTES", np.array([b"a", b"", b"\xff\x00"], dtype=np.object_)),
     ],
 )
-def test_datatypes_round_trip(client: grpcclient.InferenceServerClient, datatype: str,
-                              array: np.ndarray) -> None:
+def test_datatypes_round_trip(
+    client: grpcclient.InferenceServerClient, datatype: str, array: np.ndarray
+) -> None:
     result = client.infer("echo", [_input("t", array, datatype)])
     assert result.get_output("t").datatype == datatype
     got = result.as_numpy("t")

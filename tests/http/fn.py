@@ -30,8 +30,10 @@ class Scale(mlserve.V2ModelServer):
 
     def load(self) -> None:
         self.inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}]
-        self.outputs = [{"name": "scaled", "datatype": "FP32", "shape": [-1, 2]},
-                        {"name": "total", "datatype": "FP32", "shape": [-1]}]
+        self.outputs = [
+            {"name": "scaled", "datatype": "FP32", "shape": [-1, 2]},
+            {"name": "total", "datatype": "FP32", "shape": [-1]},
+        ]
 
     def predict(self, request: dict[str, Any]) -> Any:
         x = np.asarray(request["inputs"], dtype=np.float32)

@@ -38,16 +38,22 @@ def test_row_form(http: httpx.Client) -> None:
 
 
 def test_tensor_form_over_raw_http(http: httpx.Client) -> None:
-    body = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}],
-            "outputs": [{"name": "total"}]}
+    body = {
+        "inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}],
+        "outputs": [{"name": "total"}],
+    }
     answer = http.post("/v2/models/scale/versions/ignored/infer", json=body)
     assert answer.status_code == 404
     answer = http.post("/v2/models/scale/infer", json=body)
-    assert answer.json()["outputs"] == [{"name": "total", "datatype": "FP32", "shape": [1], "data": [3.0]}]
+    assert answer.json()["outputs"] == [
+        {"name": "total", "datatype": "FP32", "shape": [1], "data": [3.0]}
+    ]
 
 
 def test_versioned_urls(http: httpx.Client) -> None:
-    assert http.post("/v2/models/version/versions/1/infer", json={"inputs": [0]}).json()["outputs"] == [1]
+    assert http.post("/v2/models/version/versions/1/infer", json={"inputs": [0]}).json()[
+        "outputs"
+    ] == [1]
     latest = http.post("/v2/models/version/infer", json={"inputs": [0]}).json()
     assert latest["outputs"] == [2] and latest["model_version"] == "2"
     assert http.get("/v2/models/version/versions/2").json()["versions"] == ["1", "2"]
@@ -61,28 +67,42 @@ def test_versioned_urls(http: httpx.Client) -> None:
         ("GET", "/v3/anything", None, 404),
         ("POST", "/v2/models/echo/infer", b'{"inputs": [1', 400),
         ("POST", "/v2/models/echo/infer", b'{"no_inputs": 1}', 400),
-        ("POST", "/v2/models/echo/infer", b'{"inputs": [{"name": "a", "shape": [3], "datatype": "FP32", '
-                                          b'"data": [1, 2]}]}', 400),
-        ("POST", "/v2/models/scale/infer", b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", '
-                                           b'"data": [1, 2]}]}', 400),
+        (
+            "POST",
+            "/v2/models/echo/infer",
+            b'{"inputs": [{"name": "a", "shape": [3], "datatype": "FP32", "data": [1, 2]}]}',
+            400,
+        ),
+        (
+            "POST",
+            "/v2/models/scale/infer",
+            b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}',
+            400,
+        ),
         ("POST", "/v2/models/echo/no_such_op", b'{"inputs": [1]}', 400),
     ],
 )
-def test_errors(http: httpx.Client, method: str, path: str, body: bytes | None, status: int) -> None:
+def test_errors(
+    http: httpx.Client, method: str, path: str, body: bytes | None, status: int
+) -> None:
     answer = http.request(method, path, content=body, headers={"content-type": "application/json"})
     assert answer.status_code == status
     assert answer.headers["content-type"] == "application/json"
     assert isinstance(answer.json()["error"], str)
 
 
-def test_sync_predict_does_not_stall_the_loop(http: httpx.Client, net_server: ServerProcess) -> None:
+def test_sync_predict_does_not_stall_the_loop(
+    http: httpx.Client, net_server: ServerProcess
+) -> None:
     """Model gate's sync predict blocks until model gate's op ``release`` runs: it
     can only be answered if a blocked predict leaves the loop free to serve it."""
     answers: dict[str, object] = {}
 
     def blocked() -> None:
         with httpx.Client(base_url=net_server.url, timeout=60) as other:
-            answers["gate"] = other.post("/v2/models/gate/infer", json={"inputs": [0]}).json()["outputs"]
+            answers["gate"] = other.post("/v2/models/gate/infer", json={"inputs": [0]}).json()[
+                "outputs"
+            ]
 
     thread = threading.Thread(target=blocked)
     thread.start()
@@ -102,6 +122,8 @@ def test_sync_predict_does_not_stall_the_loop(http: httpx.Client, net_server: Se
 
 def test_sync_predict_runs_in_the_pool_async_on_the_loop(http: httpx.Client) -> None:
     sync_thread = http.post("/v2/models/where/infer", json={"inputs": [0]}).json()["outputs"][0]
-    async_thread = http.post("/v2/models/async-where/infer", json={"inputs": [0]}).json()["outputs"][0]
+    async_thread = http.post("/v2/models/async-where/infer", json={"inputs": [0]}).json()[
+        "outputs"
+    ][0]
     assert sync_thread.startswith("mlserve-worker")
     assert async_thread == "MainThread"

@@ -51,8 +51,9 @@ def test_health_and_metadata(client: httpclient.InferenceServerClient) -> None:
         ("BYTES", np.array([b"a", b"bc", b"xyz"], dtype=np.object_)),
     ],
 )
-def test_datatypes_round_trip(client: httpclient.InferenceServerClient, binary: bool,
-                              datatype: str, array: np.ndarray) -> None:
+def test_datatypes_round_trip(
+    client: httpclient.InferenceServerClient, binary: bool, datatype: str, array: np.ndarray
+) -> None:
     outputs = [httpclient.InferRequestedOutput("t", binary_data=binary)]
     result = client.infer("echo", [_input("t", array, datatype, binary)], outputs=outputs)
     got = result.as_numpy("t")
@@ -109,4 +110,5 @@ def test_statistics_and_repository(client: httpclient.InferenceServerClient) -> 
     index = {(e["name"], e["version"]): e["state"] for e in client.get_model_repository_index()}
     assert index[("version", "1")] == "READY"
     assert client.get_model_config("scale")["input"] == [
-        {"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 2]}]
+        {"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 2]}
+    ]

@@ -62,13 +62,20 @@ async def test_statistics_count_successes_and_failures(http: httpx.AsyncClient) 
 async def test_repository_unload_then_load(http: httpx.AsyncClient) -> None:
     index = (await http.post("/v2/repository/index")).json()
     assert {(e["name"], e["version"], e["state"]) for e in index} == {
-        ("m", "", "READY"), ("v", "1", "READY"), ("v", "2", "READY")}
-    assert (await http.post("/v2/repository/models/v/unload")).json() == {"name": "v", "unload": True}
+        ("m", "", "READY"),
+        ("v", "1", "READY"),
+        ("v", "2", "READY"),
+    }
+    assert (await http.post("/v2/repository/models/v/unload")).json() == {
+        "name": "v",
+        "unload": True,
+    }
     assert (await http.post("/v2/models/v/infer", json={"inputs": [1]})).status_code == 404
     assert (await http.get("/v2/models/v/versions/1/ready")).status_code == 404
     index = (await http.post("/v2/repository/index", json={})).json()
     assert {(e["name"], e["state"], e["reason"]) for e in index if e["name"] == "v"} == {
-        ("v", "UNAVAILABLE", "unloaded")}
+        ("v", "UNAVAILABLE", "unloaded")
+    }
     ready_only = (await http.post("/v2/repository/index", json={"ready": True})).json()
     assert [e["name"] for e in ready_only] == ["m"]
     assert (await http.post("/v2/repository/models/v/load")).json() == {"name": "v", "load": True}
@@ -102,8 +109,15 @@ async def test_metrics_serves_the_registry(http: httpx.AsyncClient) -> None:
 async def test_openapi_document_and_docs_page(http: httpx.AsyncClient) -> None:
     doc = (await http.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.")
-    for path in ("/v2/health/ready", "/v2/models/{model}/infer", "/v2/models/{model}/versions/{version}/infer",
-                 "/v2/repository/index", "/v2/models/stats", "/metrics", "/v2/models/{model}/config"):
+    for path in (
+        "/v2/health/ready",
+        "/v2/models/{model}/infer",
+        "/v2/models/{model}/versions/{version}/infer",
+        "/v2/repository/index",
+        "/v2/models/stats",
+        "/metrics",
+        "/v2/models/{model}/config",
+    ):
         assert path in doc["paths"], path
     page = await http.get("/docs")
     assert page.headers["content-type"].startswith("text/html")
@@ -121,8 +135,9 @@ async def test_openapi_document_and_docs_page(http: httpx.AsyncClient) -> None:
         ("/v2/models/m/infer", "POST", {"inputs": [13]}),
     ],
 )
-async def test_mock_server_and_http_agree(server: mlserve.GraphServer, http: httpx.AsyncClient,
-                                          path: str, method: str, body: Any) -> None:
+async def test_mock_server_and_http_agree(
+    server: mlserve.GraphServer, http: httpx.AsyncClient, path: str, method: str, body: Any
+) -> None:
     mock = server.test(path, body=body, method=method, silent=True, get_body=False)
     answer = await http.request(method, path, json=body)
     assert answer.status_code == mock.status_code
