@@ -17,12 +17,17 @@ from typing import Any
 __all__ = ["TARGETS", "build_server", "load_function", "main"]
 
 
-def load_function(target: str) -> Any:
-    """The serving function in ``target``: an exported YAML/JSON, or a Python
-    file with ``serving_function()``, ``fn``, or a module-level function object."""
+def load_function(target: str, **repository_options: Any) -> Any:
+    """The serving function in ``target``: an exported YAML/JSON, a Python file
+    with ``serving_function()``, ``fn``, or a module-level function object, or a
+    model repository folder (``repository_options``: model_config, poll_interval, cache_size)."""
     from mlserve.function import ServingFunction, import_function
 
     path = Path(target)
+    if path.is_dir():
+        from mlserve.repository.serve import function_from_repository
+
+        return function_from_repository(path, **repository_options)
     if path.suffix in (".yaml", ".yml", ".json"):
         return import_function(target)
     if path.suffix == ".py":
@@ -43,8 +48,17 @@ def _is_function_file(target: str) -> bool:
     return Path(target).suffix in (".py", ".yaml", ".yml", ".json")
 
 
+def _is_repository(target: str) -> bool:
+    return Path(target).is_dir()
+
+
 def _function_server(args: argparse.Namespace) -> Any:
-    fn = load_function(args.target)
+    options = {
+        "model_config": args.model_config,
+        "poll_interval": args.poll_interval,
+        "cache_size": args.cache_size,
+    }
+    fn = load_function(args.target, **options)
     server = fn.to_graph_server()
     server.init_states(namespace=fn.namespace)
     server.init_object(fn.namespace)
@@ -53,6 +67,7 @@ def _function_server(args: argparse.Namespace) -> Any:
 
 # (does this target string name my kind?, build the initialised GraphServer from the args)
 TARGETS: list[tuple[Callable[[str], bool], Callable[[argparse.Namespace], Any]]] = [
+    (_is_repository, _function_server),  # load_function reads the folder as a repository
     (_is_function_file, _function_server),
 ]
 
@@ -89,6 +104,11 @@ def _serve_parser(commands: Any) -> None:
     cmd.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC on this port")
     cmd.add_argument("--workers", type=int, default=1, help="processes sharing the ports")
     cmd.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    cmd.add_argument("--model-config", help="YAML or TF Serving model_config_list")
+    cmd.add_argument(
+        "--poll-interval", type=float, default=1.0, help="seconds between repository polls (0: off)"
+    )
+    cmd.add_argument("--cache-size", type=int, help="at most N model versions loaded (LRU)")
     cmd.set_defaults(handler=serve)
 
 

@@ -190,6 +190,7 @@ class ModelRouter(BaseModelRouter):
 
     def select(self, event: Event, path: str) -> tuple[str, Any, str] | None:
         """``(route key, route, operation path)``; None asks for the listing."""
+        routes = self.routes  # read once: a runtime change swaps in a new table (the repository)
         body = event.body if isinstance(event.body, dict) else {}
         sub = path[len(self.url_prefix):].strip("/") if path.startswith(self.url_prefix) else ""
         if sub:
@@ -201,21 +202,22 @@ class ModelRouter(BaseModelRouter):
         elif path.startswith(self.url_prefix) and event.method == "GET":
             return None
         else:
-            if not self.routes:
+            if not routes:
                 raise ModelNotFound("no models are served")
-            key = str(body.get("model") or next(iter(self.routes)))
+            key = str(body.get("model") or next(iter(routes)))
             op = ""
-        key = self.resolve_key(key)
-        return key, self.routes[key], op
+        key = self.resolve_key(key, routes)
+        return key, routes[key], op
 
-    def resolve_key(self, key: str) -> str:
+    def resolve_key(self, key: str, routes: dict[str, Any] | None = None) -> str:
         """The route key for ``key``: as is, or an unversioned name's highest version."""
-        if key in self.routes:
+        routes = self.routes if routes is None else routes
+        if key in routes:
             return key
         if ":" not in key:
-            versions = [k.partition(":")[2] for k in self.routes if k.partition(":")[0] == key]
+            versions = [k.partition(":")[2] for k in routes if k.partition(":")[0] == key]
             if versions:
                 return f"{key}:{highest_version(versions)}"
-        models = " | ".join(self.routes)
+        models = " | ".join(routes)
         raise ModelNotFound(f"model {key} doesn't exist, available models: {models}")
 

@@ -374,5 +374,9 @@ class RouterStep(TaskStep):
         self._call = self._object.do_event_async
 
     def iter_models(self) -> Iterator[Any]:
+        live = getattr(self._object, "iter_models", None)
+        if live is not None:  # the live router may hold routes of its own (a repository)
+            yield from live()
+            return
         for route in self._routes.values():
             yield from route.iter_models()

@@ -1,0 +1,148 @@
+"""Repository configuration (S11): which models are served, and how.
+
+Two formats, told apart by content:
+
+YAML (``models:`` list)::
+
+    models:
+      - name: fraud
+        base_path: fraud            # relative to the repository folder (or the config file)
+        class_name: mypkg.FraudModel  # or model_platform: tensorflow; default: detected
+        version_policy: {latest: {num_versions: 2}}
+        labels: {stable: 1, canary: 2}
+        class_args: {threshold: 0.5}
+        max_batch_size: 32          # passed to the model class as a parameter
+
+TF Serving's ``model_config_list`` (protobuf text of ``ModelServerConfig``)::
+
+    model_config_list {
+      config { name: 'fraud' base_path: '/models/fraud' model_platform: 'tensorflow'
+               model_version_policy { specific { versions: 1 versions: 2 } }
+               version_labels { key: 'stable' value: 1 } }
+    }
+
+``model_platform`` is a known platform (``tensorflow``) or a dotted class name,
+so a text config can name any ``V2ModelServer`` class. Without a config every
+model folder of the repository is served with the ``latest`` policy and the
+class detected from its files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlserve.repository.layout import detect_class, scan_models
+from mlserve.repository.policy import VersionPolicy, parse_labels
+
+__all__ = ["PLATFORMS", "ModelConfig", "default_configs", "load_config", "parse_config"]
+
+PLATFORMS: dict[str, str] = {"tensorflow": "mlserve.frameworks.tensorflow.TFModelServer"}
+
+# Keys of a YAML model entry that are handed to the model class as parameters.
+MODEL_PARAMETERS = ("max_batch_size", "max_batch_time", "signature_name", "warmup_file")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One served model: where its versions live, which class serves them."""
+
+    name: str
+    base_path: Path
+    class_name: str | None = None
+    platform: str = ""
+    version_policy: VersionPolicy = field(default_factory=VersionPolicy)
+    labels: dict[str, int] = field(default_factory=dict)
+    class_args: dict[str, Any] = field(default_factory=dict)
+
+    def class_for(self, version_dir: Path) -> str:
+        """The class serving ``version_dir``: configured, by platform, or detected."""
+        by_platform = PLATFORMS.get(self.platform) or (
+            self.platform if "." in self.platform else None
+        )
+        name = self.class_name or by_platform or detect_class(version_dir)
+        if not name:
+            raise ValueError(
+                f"no server class for {version_dir}: set class_name (or model_platform) for "
+                f"model '{self.name}' in the model config"
+            )
+        return name
+
+
+def default_configs(root: Path) -> dict[str, ModelConfig]:
+    """Every model folder under ``root``, with the default policy."""
+    return {name: ModelConfig(name, path) for name, path in sorted(scan_models(root).items())}
+
+
+def load_config(path: str | Path, root: Path | None = None) -> dict[str, ModelConfig]:
+    """Read a config file (YAML or ``model_config_list`` text); relative base paths
+    are under ``root`` (the repository folder) or else the file's folder."""
+    path = Path(path)
+    return parse_config(path.read_text(), root or path.resolve().parent)
+
+
+def parse_config(text: str, root: Path) -> dict[str, ModelConfig]:
+    """The models of a config text: ``{name: ModelConfig}``."""
+    if text.lstrip().startswith("model_config_list"):
+        entries = _text_format_entries(text)
+    else:
+        struct = yaml.safe_load(text) or {}
+        if not isinstance(struct, dict) or not isinstance(struct.get("models", []), list):
+            raise ValueError("a YAML model config is a mapping with a 'models' list")
+        entries = struct.get("models") or []
+    configs = [_model_config(entry, root) for entry in entries]
+    names = [c.name for c in configs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"models configured twice: {duplicates}")
+    return {c.name: c for c in configs}
+
+
+def _model_config(entry: dict[str, Any], root: Path) -> ModelConfig:
+    if not entry.get("name"):
+        raise ValueError(f"a model config needs a name: {entry!r}")
+    name = str(entry["name"])
+    base = Path(str(entry.get("base_path") or name)).expanduser()
+    class_args = dict(entry.get("class_args") or {})
+    for key in MODEL_PARAMETERS:
+        if key in entry:
+            class_args[key] = entry[key]
+    return ModelConfig(
+        name=name,
+        base_path=base if base.is_absolute() else root / base,
+        class_name=entry.get("class_name"),
+        platform=str(entry.get("model_platform") or ""),
+        version_policy=VersionPolicy.parse(entry.get("version_policy")),
+        labels=parse_labels(entry.get("labels")),
+        class_args=class_args,
+    )
+
+
+def _text_format_entries(text: str) -> list[dict[str, Any]]:
+    """The entries of a ``model_config_list``, read with TF Serving's own protos."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+    return [_entry_from_proto(c) for c in config.model_config_list.config]
+
+
+def _entry_from_proto(config: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": config.name,
+        "base_path": config.base_path,
+        "model_platform": config.model_platform,
+        "labels": dict(config.version_labels),
+    }
+    policy = config.model_version_policy
+    which = policy.WhichOneof("policy_choice") if config.HasField("model_version_policy") else None
+    if which == "latest":
+        entry["version_policy"] = {"latest": {"num_versions": policy.latest.num_versions or 1}}
+    elif which == "specific":
+        entry["version_policy"] = {"specific": {"versions": list(policy.specific.versions)}}
+    elif which == "all":
+        entry["version_policy"] = "all"
+    return entry

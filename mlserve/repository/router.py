@@ -1,0 +1,84 @@
+"""``RepositoryRouter``: a ``ModelRouter`` whose routes come from a model repository.
+
+Built from its description like any router (``class_args``: ``repository``,
+``model_config``, ``poll_interval``, ``cache_size``, ``load_timeout``), so a
+repository function exports and serves like any other. At ``post_init`` it
+syncs the repository once (loading what is served), attaches it to the server
+as ``server.repository`` and starts the watcher. Routes added by
+``add_model`` stay served beside the repository's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from mlserve.graph.routers import ModelRouter
+from mlserve.repository.repository import ModelRepository
+from mlserve.repository.watcher import RepositoryWatcher
+
+__all__ = ["RepositoryRouter"]
+
+
+class RepositoryRouter(ModelRouter):
+    """Routes ``m``, ``m:v`` and ``/v2/models/m[/versions/v]`` to a repository's versions."""
+
+    def __init__(
+        self,
+        repository: str | None = None,
+        model_config: str | None = None,
+        poll_interval: float = 1.0,
+        cache_size: int | None = None,
+        load_timeout: float = 300.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.static_routes = dict(self.routes)
+        self.poll_interval = poll_interval
+        self.watcher: RepositoryWatcher | None = None
+        server = self.context.server
+        self.repository = ModelRepository(
+            repository,
+            self._set_table,
+            config_file=model_config,
+            context=self.context,
+            namespace=getattr(server, "namespace", None),
+            cache_size=cache_size,
+            load_timeout=load_timeout,
+        )
+
+    def _set_table(self, table: dict[str, Any]) -> None:
+        # One assignment: a request holds either the old table or the new one.
+        self.routes = {**table, **self.static_routes}
+
+    def post_init(self, mode: str = "sync") -> None:
+        super().post_init(mode)
+        self.repository.sync(stable_only=False)
+        server = self.context.server
+        if server is not None:
+            server.repository = self.repository
+            server.on_shutdown(self.close)
+        if self.poll_interval and self.poll_interval > 0:
+            self.watcher = RepositoryWatcher(self.repository, self.poll_interval)
+            self.watcher.start()
+
+    def close(self) -> None:
+        """Stop polling (at server shutdown)."""
+        if self.watcher is not None:
+            self.watcher.stop()
+
+    def iter_models(self) -> Iterator[Any]:
+        seen: set[int] = set()
+        for route in self.routes.values():
+            for model in route.iter_models():
+                if id(model) not in seen:
+                    seen.add(id(model))
+                    yield model
+
+    def list_models(self) -> dict[str, Any]:
+        """Versioned keys of the repository, and the static routes."""
+        return {"models": [key for key in self.routes if ":" in key or key in self.static_routes]}
+
+    def is_ready(self) -> bool:
+        static = [m for route in self.static_routes.values() for m in route.iter_models()]
+        return self.repository.is_ready() and all(model.ready for model in static)
