@@ -142,3 +142,37 @@ async def test_mock_server_and_http_agree(
     answer = await http.request(method, path, json=body)
     assert answer.status_code == mock.status_code
     assert answer.content == mock.body
+
+
+def test_an_on_disk_repository_takes_the_place_of_the_graph_repository(tmp_path: Any) -> None:
+    """``server.repository`` set by the model repository serves the same REST extension."""
+    import yaml
+
+    from mlserve.repository import ModelRepository, function_from_repository
+    from tests.repository.fixtures import CLASS_NAME, write_version
+
+    base = tmp_path / "models"
+    for version in (1, 2):
+        write_version(base, "m", version, bias=version)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"models": [{"class_name": CLASS_NAME, "name": "m"}]}))
+    server = function_from_repository(base, model_config=config, poll_interval=0).to_mock_server()
+    try:
+        assert isinstance(server.repository, ModelRepository)
+        index = server.test("/v2/repository/index", method="POST")
+        assert ("m", "READY") in {(e["name"], e["state"]) for e in index}
+        assert server.test("/v2/repository/models/m/unload", method="POST") == {
+            "name": "m",
+            "unload": True,
+        }
+        assert (
+            server.test("/v2/models/m/infer", body={"inputs": [[1, 1]]}, silent=True).status_code
+            >= 400
+        )
+        assert server.test("/v2/repository/models/m/load", method="POST") == {
+            "name": "m",
+            "load": True,
+        }
+        assert server.test("/v2/models/m/infer", body={"inputs": [[1, 1]]})["outputs"] == [4.0]
+    finally:
+        server.wait_for_completion()
