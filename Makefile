@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: install system-deps serve serve-tf test lint bench clean
+.PHONY: install system-deps serve serve-tf test lint bench clean generate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,3 +53,8 @@ bench: install system-deps
 
 clean:
 	rm -rf $(VENV) mlserve-data .pytest_cache
+
+# The gRPC stubs of mlserve/grpc/proto (checked in; tests/grpc/test_generated.py checks they match).
+generate: install
+	$(BIN)/python -m grpc_tools.protoc -Imlserve/grpc/generated=mlserve/grpc/proto \
+		--python_out=. --grpc_python_out=. --pyi_out=. mlserve/grpc/generated/grpc_predict_v2.proto

@@ -1,4 +1,8 @@
-"""The ``mlserve`` command: ``mlserve serve <target>``."""
+"""The ``mlserve`` command: ``mlserve serve <target>``.
+
+A target kind is one entry of ``TARGETS``: a test on the target string and a
+builder of the initialised ``GraphServer`` it serves.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ import argparse
 import logging
 import runpy
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_function", "main"]
+__all__ = ["TARGETS", "build_server", "load_function", "main"]
 
 
 def load_function(target: str, **repository_options: Any) -> Any:
@@ -39,36 +44,86 @@ def load_function(target: str, **repository_options: Any) -> Any:
     raise SystemExit(f"cannot serve {target}: give a .py file or an exported .yaml")
 
 
-def serve(args: argparse.Namespace) -> None:
-    import uvicorn
+def _is_function_file(target: str) -> bool:
+    return Path(target).suffix in (".py", ".yaml", ".yml", ".json")
 
-    from mlserve.http.app import create_app
 
-    options = {"model_config": args.model_config, "poll_interval": args.poll_interval,
-               "cache_size": args.cache_size}
+def _is_repository(target: str) -> bool:
+    return Path(target).is_dir()
+
+
+def _function_server(args: argparse.Namespace) -> Any:
+    options = {
+        "model_config": args.model_config,
+        "poll_interval": args.poll_interval,
+        "cache_size": args.cache_size,
+    }
     fn = load_function(args.target, **options)
     server = fn.to_graph_server()
     server.init_states(namespace=fn.namespace)
     server.init_object(fn.namespace)
-    print(f"mlserve: serving {fn.metadata.name} on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning",
-                loop="uvloop", http="httptools", access_log=False)
+    return server
+
+
+# (does this target string name my kind?, build the initialised GraphServer from the args)
+TARGETS: list[tuple[Callable[[str], bool], Callable[[argparse.Namespace], Any]]] = [
+    (_is_repository, _function_server),  # load_function reads the folder as a repository
+    (_is_function_file, _function_server),
+]
+
+
+def build_server(args: argparse.Namespace) -> Any:
+    """The initialised GraphServer of ``args.target``, by the first kind that takes it."""
+    for accepts, build in TARGETS:
+        if accepts(args.target):
+            return build(args)
+    raise SystemExit(f"cannot serve {args.target}: give a .py file or an exported .yaml")
+
+
+def serve(args: argparse.Namespace) -> None:
+    from mlserve import runner
+
+    if args.workers > 1:
+        raise SystemExit(runner.supervise(runner.worker_command(args.argv), args.workers))
+    server = build_server(args)
+    grpc = f" and grpc://{args.host}:{args.grpc_port}" if args.grpc_port else ""
+
+    def announce() -> None:
+        print(f"mlserve: serving {args.target} on http://{args.host}:{args.port}{grpc}", flush=True)
+
+    runner.run_server(server, args.host, args.port, args.grpc_port, args.reuse_port, announce)
+
+
+def _serve_parser(commands: Any) -> None:
+    cmd = commands.add_parser("serve", help="serve a function over HTTP and gRPC")
+    cmd.add_argument(
+        "target", help="a Python file, an exported function YAML, or a model repository"
+    )
+    cmd.add_argument("--host", default="127.0.0.1")
+    cmd.add_argument("--port", type=int, default=8080)
+    cmd.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC on this port")
+    cmd.add_argument("--workers", type=int, default=1, help="processes sharing the ports")
+    cmd.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    cmd.add_argument("--model-config", help="YAML or TF Serving model_config_list")
+    cmd.add_argument(
+        "--poll-interval", type=float, default=1.0, help="seconds between repository polls (0: off)"
+    )
+    cmd.add_argument("--cache-size", type=int, help="at most N model versions loaded (LRU)")
+    cmd.set_defaults(handler=serve)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="mlserve", description="Serve models as serverless functions.")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="mlserve", description="Serve models as serverless functions."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    serve_cmd = commands.add_parser("serve", help="serve a function over HTTP")
-    serve_cmd.add_argument("target", help="a Python file, an exported function YAML, or a model repository")
-    serve_cmd.add_argument("--host", default="127.0.0.1")
-    serve_cmd.add_argument("--port", type=int, default=8080)
-    serve_cmd.add_argument("--model-config", help="YAML or TF Serving model_config_list")
-    serve_cmd.add_argument("--poll-interval", type=float, default=1.0,
-                           help="seconds between repository polls (0: off)")
-    serve_cmd.add_argument("--cache-size", type=int, help="at most N model versions loaded (LRU)")
-    serve_cmd.set_defaults(handler=serve)
+    _serve_parser(commands)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.argv = argv
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     args.handler(args)
 
 

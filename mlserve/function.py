@@ -224,6 +224,29 @@ class ServingFunction:
             graph = copy.deepcopy(graph)  # each server builds live objects of its own
         return GraphServer(graph, **options)
 
+    def deploy(self, port: int | None = None, timeout: float = 60.0) -> str:
+        """Serve the function from a background process on 127.0.0.1; returns its URL.
+
+        A deployed function is redeployed (its process replaced)."""
+        from mlserve.deploy import LocalDeployment
+
+        self.stop()
+        self._deployment = LocalDeployment(self, port=port, timeout=timeout)
+        return str(self._deployment.url)
+
+    def invoke(self, path: str, body: Any = None, method: str | None = None,
+               headers: dict[str, str] | None = None) -> Any:
+        """Call the deployed function (JSON in, parsed body out; errors raise with the status)."""
+        if self._deployment is None:
+            raise RuntimeError(f"function {self.metadata.name} is not deployed, call fn.deploy() first")
+        return self._deployment.invoke(path, body, method, headers)
+
+    def stop(self) -> None:
+        """Stop the local deployment, if any (it also stops at interpreter exit)."""
+        if self._deployment is not None:
+            self._deployment.stop()
+            self._deployment = None
+
     @property
     def namespace(self) -> dict[str, Any]:
         """Where class names resolve: the function's source file, if any."""

@@ -35,6 +35,7 @@ from mlserve.protocol.forms import (
 from mlserve.protocol.paths import get_path, set_path
 from mlserve.server.aio import drive, run_in_threadpool
 from mlserve.server.events import HTTP_TRIGGERS, Event, Response
+from mlserve.stats import ModelStats
 
 __all__ = ["V2ModelServer"]
 
@@ -132,6 +133,7 @@ class V2ModelServer:
         self.labels: dict[str, Any] = dict(kwargs.pop("labels", None) or {})
         self.model_logger: Any = None
         self.model_endpoint_uid: str | None = None
+        self.stats = ModelStats()
         self.error = ""
         self.ready = False
         self._input_path = input_path
@@ -322,16 +324,21 @@ class V2ModelServer:
         if not isinstance(body, dict):
             raise InvalidInput(f"the request body must be a JSON object, got {type(body).__name__}")
         request: Any = body
+        started_ns = time.perf_counter_ns()
         try:
             request = decode_request(body)
             request = self._validated(self.preprocess(request, op), op)
             hook = self.explain if op == "explain" else self.predict
+            hook_ns = time.perf_counter_ns()
             outputs = await runner.user(hook, request)
+            self.stats.record_execution(1, time.perf_counter_ns() - hook_ns)
             response = self.postprocess(self._envelope(request, outputs, event_id, start, op))
         except Exception as exc:
+            self.stats.record_inference(False, time.perf_counter_ns() - started_ns)
             if self.model_logger is not None:
                 self.model_logger.push_error(self, start, request, op, exc)
             raise
+        self.stats.record_inference(True, time.perf_counter_ns() - started_ns)
         if self.model_logger is not None:
             self._log(start, clock, request, response, op)
         return response

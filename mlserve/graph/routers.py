@@ -26,7 +26,7 @@ __all__ = ["BaseModelRouter", "ModelRouter", "SERVER_NAME", "server_metadata"]
 SERVER_NAME = "mlserve"
 
 # Extensions of the V2 protocol this server implements (GET /v2 lists them).
-EXTENSIONS = ["binary_tensor_data"]
+EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_configuration"]
 
 
 def server_metadata() -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -13,8 +14,12 @@ __all__ = ["BackgroundLoop", "drive", "in_thread", "run_in_threadpool"]
 
 T = TypeVar("T")
 
-# Sync user code runs here, never on the event loop.
-_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="mlserve-worker")
+# Sync user code runs here, never on the event loop. 32 threads: every request of a
+# sync model holds one while it runs, so up to 32 such requests (e.g. waiting on I/O)
+# run at once; more queue. MLSERVE_WORKER_THREADS changes it per process.
+_executor = ThreadPoolExecutor(
+    max_workers=int(os.environ.get("MLSERVE_WORKER_THREADS", "32")), thread_name_prefix="mlserve-worker"
+)
 
 
 async def run_in_threadpool(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -19,6 +19,7 @@ from mlserve.protocol.forms import parse_json_body
 from mlserve.protocol.tensors import RAW, dumps, join_binary_body, loads, split_binary_body
 from mlserve.server.aio import BackgroundLoop
 from mlserve.server.events import Event, Response, Trigger
+from mlserve.server.extensions import install as install_extensions
 
 __all__ = ["GraphServer", "ServerHandler", "ServingRequestError", "create_graph_server", "encode_response"]
 
@@ -110,6 +111,7 @@ class GraphServer:
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
         self.graph.init_object(self.context, namespace or getattr(self, "namespace", {}), self.load_mode)
+        install_extensions(self)
 
     def iter_models(self) -> Any:
         return self.graph.iter_models() if self.graph is not None else iter(())

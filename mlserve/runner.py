@@ -1,0 +1,138 @@
+"""Run a GraphServer on the network until SIGTERM: HTTP (uvicorn) and,
+optionally, gRPC in one event loop; or supervise N such worker processes
+that share the ports (SO_REUSEPORT: the kernel spreads connections).
+
+SIGTERM or SIGINT drains: no new connections are accepted, requests in flight
+complete, then ``server.wait_for_completion()`` flushes (the model-log stream,
+background flows) and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["bind_socket", "run_server", "supervise", "worker_command"]
+
+logger = logging.getLogger("mlserve.server")
+
+# How long in-flight gRPC calls may take to finish once draining starts.
+GRPC_DRAIN_SECONDS = 60.0
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A bound TCP socket for the HTTP face (shared by workers with ``reuse_port``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _http_server(app: Any) -> Any:
+    import uvicorn
+
+    class HTTPServer(uvicorn.Server):
+        # The runner owns the signals: uvicorn's own handler re-raises them after
+        # shutdown, which would end the process with -SIGTERM instead of 0.
+        @contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            yield
+
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        http="httptools",
+        timeout_keep_alive=5,
+    )
+    return HTTPServer(config)
+
+
+async def _serve(
+    server: Any,
+    host: str,
+    port: int,
+    grpc_port: int | None,
+    reuse_port: bool,
+    announce: Callable[[], None],
+) -> None:
+    from mlserve.http.app import create_app
+
+    sock = bind_socket(host, port, reuse_port)
+    http = _http_server(create_app(server))
+    grpc_server = None
+    if grpc_port:
+        from mlserve.grpc.service import start_grpc_server
+
+        grpc_server = await start_grpc_server(server, host, grpc_port)
+    draining: list[asyncio.Task[Any]] = []
+
+    def drain() -> None:
+        if draining:
+            return
+        logger.info("draining requests in flight")
+        http.should_exit = True
+        if grpc_server is not None:
+            draining.append(asyncio.ensure_future(grpc_server.stop(GRPC_DRAIN_SECONDS)))
+
+    loop = asyncio.get_running_loop()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, drain)
+    announce()
+    await http.serve(sockets=[sock])
+    drain()
+    await asyncio.gather(*draining)
+
+
+def run_server(
+    server: Any,
+    host: str,
+    port: int,
+    grpc_port: int | None = None,
+    reuse_port: bool = False,
+    announce: Callable[[], None] = lambda: None,
+) -> None:
+    """Serve ``server`` (initialised) until SIGTERM/SIGINT, then drain and flush."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(_serve(server, host, port, grpc_port, reuse_port, announce))
+    server.wait_for_completion()
+
+
+def supervise(command: list[str], workers: int) -> int:
+    """Run ``workers`` copies of ``command``; forward SIGTERM/SIGINT; 0 when all exit 0."""
+    procs = [subprocess.Popen(command) for _ in range(workers)]
+
+    def forward(sig: int, frame: Any) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(sig)
+
+    previous = {sig: signal.signal(sig, forward) for sig in _STOP_SIGNALS}
+    try:
+        codes = [proc.wait() for proc in procs]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    failed = [code for code in codes if code != 0]
+    if failed:
+        print(f"mlserve: {len(failed)} of {workers} workers failed: {codes}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def worker_command(argv: list[str]) -> list[str]:
+    """The command line of one worker of ``mlserve <argv>``."""
+    return [sys.executable, "-m", "mlserve", *argv, "--workers", "1", "--reuse-port"]

@@ -1,0 +1,161 @@
+"""Server-level REST extensions, answered before the graph so that the mock
+server and every face agree (S10):
+
+    GET  /metrics                                   Prometheus text (mlserve's registry)
+    GET  /openapi.json, /docs                       the OpenAPI document, browsable
+    GET  /v2/models/stats                           statistics of every model
+    GET  /v2/models/<m>[/versions/<v>]/stats        statistics of one model
+    GET  /v2/models/<m>[/versions/<v>]/config       model configuration (Triton form)
+    POST /v2/repository/index                       repository index
+    POST /v2/repository/models/<m>/load|unload      repository load / unload
+
+Any other request costs one method check and one prefix check.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mlserve.protocol.errors import ModelNotFound
+from mlserve.protocol.tensors import loads
+from mlserve.server.events import Event, Response
+from mlserve.server.stats import find_models, model_stats
+
+__all__ = ["handle", "install", "model_config"]
+
+_MODEL_GET = re.compile(
+    r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/(?P<what>stats|config)$"
+)
+_REPOSITORY = re.compile(r"^/v2/repository/models/(?P<model>[^/]+)/(?P<action>load|unload)$")
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def install(server: Any) -> None:
+    """Give ``server`` the extensions and, unless it has one, a repository over its graph."""
+    if getattr(server, "repository", None) is None:
+        from mlserve.server.repository import GraphRepository
+
+        server.repository = GraphRepository(server)
+    if handle not in server.handlers:
+        server.add_handler(handle)
+
+
+async def handle(server: Any, event: Event) -> Response | None:
+    path = event.path
+    if event.method == "GET":
+        if path.startswith("/v2/models/") or path in _GET_ROUTES:
+            return _get(server, path.rstrip("/"))
+        return None
+    if event.method == "POST" and path.startswith("/v2/repository/"):
+        return await _repository(server, event, path.rstrip("/"))
+    return None
+
+
+def _get(server: Any, path: str) -> Response | None:
+    static = _GET_ROUTES.get(path)
+    if static is not None:
+        return static(server)
+    if path == "/v2/models/stats":
+        return Response(model_stats(server))
+    match = _MODEL_GET.match(path)
+    if match is None:
+        return None
+    if match["what"] == "stats":
+        return Response(model_stats(server, match["model"], match["version"]))
+    return Response(model_config(_one_model(server, match["model"], match["version"])))
+
+
+def _metrics(server: Any) -> Response:
+    from prometheus_client import generate_latest
+
+    from mlserve.monitoring.metrics import REGISTRY
+
+    return Response(generate_latest(REGISTRY), content_type=PROMETHEUS_TEXT)
+
+
+def _openapi(server: Any) -> Response:
+    from mlserve import __version__
+    from mlserve.http.openapi import document
+
+    return Response(document(__version__))
+
+
+def _docs(server: Any) -> Response:
+    from mlserve import __version__
+    from mlserve.http.openapi import docs_page, document
+
+    return Response(docs_page(document(__version__)), content_type="text/html; charset=utf-8")
+
+
+_GET_ROUTES = {"/metrics": _metrics, "/openapi.json": _openapi, "/docs": _docs}
+
+
+def _one_model(server: Any, name: str, version: str | None) -> Any:
+    """The model ``name`` of ``version``; without a version, the unversioned or highest one."""
+    models = find_models(server, name, version)
+    if version is None and len(models) > 1:
+        from mlserve.graph.routers import highest_version
+
+        unversioned = [m for m in models if not m.version]
+        if unversioned:
+            return unversioned[0]
+        top = highest_version([m.version for m in models])
+        return next(m for m in models if m.version == top)
+    return models[0]
+
+
+_TYPE_PREFIX = "TYPE_"
+
+
+def _config_tensor(spec: dict[str, Any]) -> dict[str, Any]:
+    datatype = str(spec.get("datatype") or "")
+    data_type = (
+        "TYPE_STRING" if datatype == "BYTES" else _TYPE_PREFIX + datatype if datatype else ""
+    )
+    return {
+        "name": spec.get("name", ""),
+        "data_type": data_type,
+        "dims": list(spec.get("shape") or []),
+    }
+
+
+def model_config(model: Any) -> dict[str, Any]:
+    """The model's configuration in Triton's JSON form."""
+    return {
+        "name": model.name,
+        "version": model.version,
+        "platform": getattr(model, "platform", "") or "mlserve",
+        "backend": "python",
+        "max_batch_size": int(getattr(model, "max_batch_size", 0) or 0),
+        "input": [_config_tensor(spec) for spec in getattr(model, "inputs", [])],
+        "output": [_config_tensor(spec) for spec in getattr(model, "outputs", [])],
+        "parameters": {
+            key: {"string_value": str(value)}
+            for key, value in getattr(model, "_kwargs", {}).items()
+            if isinstance(value, str | int | float | bool)
+        },
+    }
+
+
+async def _repository(server: Any, event: Event, path: str) -> Response:
+    repository = server.repository
+    if path == "/v2/repository/index":
+        entries = repository.index()
+        body = _json_body(event)
+        if isinstance(body, dict) and body.get("ready"):
+            entries = [e for e in entries if e["state"] == "READY"]
+        return Response(entries)
+    match = _REPOSITORY.match(path)
+    if match is None:
+        raise ModelNotFound(f"illegal repository path {path}")
+    name, action = match["model"], match["action"]
+    await (repository.load(name) if action == "load" else repository.unload(name))
+    return Response({"name": name, action: True})
+
+
+def _json_body(event: Event) -> Any:
+    body = event.body
+    if isinstance(body, bytes | bytearray | str) and body:
+        return loads(body)
+    return body

@@ -1,0 +1,125 @@
+"""The model-repository extension over the graph's own routers (S10).
+
+``server.repository`` answers ``POST /v2/repository/index`` and
+``/v2/repository/models/<m>/load|unload`` through three methods; an on-disk
+versioned repository plugs in by implementing the same three::
+
+    index() -> list[{"name", "version", "state", "reason"}]
+    async load(name)      (re)load every version of ``name``; unknown name: ModelNotFound
+    async unload(name)    take every version of ``name`` out of service
+
+As in KServe, an unloaded model is gone from the routers: requests for it
+answer 404 until it is loaded again. The index keeps listing it, with state
+``UNAVAILABLE`` and reason ``unloaded`` (as Triton does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from mlserve.protocol.errors import ModelNotFound
+from mlserve.server.aio import run_in_threadpool
+
+__all__ = ["GraphRepository", "ModelRepository", "find_routers"]
+
+READY, UNAVAILABLE, LOADING = "READY", "UNAVAILABLE", "LOADING"
+
+
+class ModelRepository(Protocol):
+    """What the REST repository extension calls."""
+
+    def index(self) -> list[dict[str, Any]]: ...
+
+    async def load(self, name: str) -> None: ...
+
+    async def unload(self, name: str) -> None: ...
+
+
+def find_routers(step: Any) -> Iterator[Any]:
+    """Every router step (a step with ``routes``) in the graph, depth first."""
+    if step is None:
+        return
+    routes = getattr(step, "routes", None)
+    if isinstance(routes, dict):
+        yield step
+        for route in routes.values():
+            yield from find_routers(route)
+    for child in (getattr(step, "steps", None) or {}).values():
+        yield from find_routers(child)
+
+
+def _model_of(route: Any) -> Any:
+    return next(iter(route.iter_models()), None)
+
+
+def _state(model: Any) -> tuple[str, str]:
+    if model is None:
+        return UNAVAILABLE, "not a model"
+    if getattr(model, "ready", False):
+        return READY, ""
+    error = getattr(model, "error", "")
+    return (UNAVAILABLE, error) if error else (LOADING, "")
+
+
+class GraphRepository:
+    """Load and unload the routes of the graph's routers by model name."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        # route key -> (router step, route step) of the unloaded routes
+        self._unloaded: dict[str, tuple[Any, Any]] = {}
+
+    def _routes(self) -> Iterator[tuple[Any, str, Any]]:
+        for router in find_routers(self.server.graph):
+            for key, route in router.routes.items():
+                yield router, key, route
+
+    def index(self) -> list[dict[str, Any]]:
+        entries = []
+        for _, key, route in self._routes():
+            state, reason = _state(_model_of(route))
+            entries.append(_entry(key, state, reason))
+        entries += [_entry(key, UNAVAILABLE, "unloaded") for key in self._unloaded]
+        return sorted(entries, key=lambda e: (e["name"], e["version"]))
+
+    def _matching(self, name: str) -> list[tuple[Any, str, Any]]:
+        loaded = [(r, k, s) for r, k, s in self._routes() if _matches(k, name)]
+        unloaded = [(r, k, s) for k, (r, s) in self._unloaded.items() if _matches(k, name)]
+        if not loaded and not unloaded:
+            raise ModelNotFound(f"model {name} is not in the repository")
+        return loaded + unloaded
+
+    async def load(self, name: str) -> None:
+        """Build and load every version of ``name`` afresh, then serve it."""
+        for router, key, route in self._matching(name):
+            model = _model_of(route)
+            if model is not None and hasattr(model, "ready"):
+                model.ready = False  # a user-given instance loads again too
+            server = self.server
+            await run_in_threadpool(
+                route.init_object, server.context, getattr(server, "namespace", {}), "sync"
+            )
+            self._unloaded.pop(key, None)
+            router.routes[key] = route
+            router.object.post_init("sync")
+
+    async def unload(self, name: str) -> None:
+        """Take every version of ``name`` out of the routers (requests get 404)."""
+        for router, key, route in self._matching(name):
+            if key in self._unloaded:
+                continue
+            del router.routes[key]
+            self._unloaded[key] = (router, route)
+            model = _model_of(route)
+            if model is not None and hasattr(model, "ready"):
+                model.ready = False
+
+
+def _matches(key: str, name: str) -> bool:
+    return key == name or key.partition(":")[0] == name
+
+
+def _entry(key: str, state: str, reason: str) -> dict[str, Any]:
+    name, _, version = key.partition(":")
+    return {"name": name, "version": version, "state": state, "reason": reason}
