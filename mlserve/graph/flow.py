@@ -25,7 +25,8 @@ from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict, 
 from mlserve.server.aio import run_in_threadpool
 from mlserve.server.events import Event
 
-__all__ = ["ENGINES", "ErrorStep", "FlowStep", "RootFlowStep", "add_error_handler", "chain_to", "make_step"]
+__all__ = ["ENGINES", "ErrorStep", "FlowStep", "RootFlowStep", "add_error_handler", "chain_to", "make_step",
+           "snapshot"]
 
 logger = logging.getLogger("mlserve.graph")
 
@@ -140,6 +141,16 @@ def mark_error(event: Event, step: BaseStep, exc: BaseException) -> None:
         event.error = {}
     event.error[step.name or ""] = f"{type(exc).__name__}: {exc}"
     event.origin_state = step.name
+
+
+def snapshot(event: Event) -> Event:
+    """A copy of the event that the steps after a responder cannot change."""
+    try:
+        return copy.deepcopy(event)
+    except TypeError:  # raw tensor buffers (memoryview) do not deep-copy
+        clone = copy.copy(event)
+        clone.body = copy.copy(event.body)
+        return clone
 
 
 @step_kinds.register
@@ -343,7 +354,7 @@ class FlowStep(BaseStep):
                 return event
             nexts = self._next[key]
             if key == self._responder and nexts:
-                answer, event = event, copy.deepcopy(event)
+                answer, event = event, snapshot(event)
             key = nexts[0] if nexts else None
         return answer if answer is not None else event
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import storey
 
-from mlserve.graph.flow import ErrorStep, RootFlowStep, mark_error
+from mlserve.graph.flow import ErrorStep, RootFlowStep, mark_error, snapshot
 from mlserve.graph.steps import BaseStep
 from mlserve.server.events import Event
 
@@ -81,9 +81,10 @@ class StoreyEngine:
             return []
         item.body = event
         is_error = isinstance(step, ErrorStep)
+        goes_on = has_next and not event.terminated
         if event.terminated or key == self.flow._responder or (is_error and not has_next):
-            self._answer(item.id, event)
-        return [item] if has_next and not event.terminated else []
+            self._answer(item.id, snapshot(event) if goes_on else event)
+        return [item] if goes_on else []
 
     def _answer(self, token: int, event: Event) -> None:
         future = self._pending.pop(token, None)
