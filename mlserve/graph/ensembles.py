@@ -19,7 +19,7 @@ import copy
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -68,20 +68,31 @@ class ParallelRun(BaseModelRouter):
     from a copy of the request body with ``extend_event=True``); a result that
     is not a dict is kept under its route's name."""
 
-    def __init__(self, context: GraphContext | None = None, name: str | None = None,
-                 routes: dict[str, Any] | None = None, extend_event: bool = False,
-                 executor_type: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        context: GraphContext | None = None,
+        name: str | None = None,
+        routes: dict[str, Any] | None = None,
+        extend_event: bool = False,
+        executor_type: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(context, name, routes, **kwargs)
         self.extend_event = extend_event
         self.executor_type = executor_type or "thread"
         if self.executor_type not in EXECUTOR_TYPES:
-            raise ValueError(f"executor_type must be one of {EXECUTOR_TYPES}, got '{executor_type}'")
+            raise ValueError(
+                f"executor_type must be one of {EXECUTOR_TYPES}, got '{executor_type}'"
+            )
         self._executor: Executor | None = None
 
     def to_class_args(self) -> dict[str, Any]:
         """The constructor arguments that rebuild this router (for export)."""
-        args = {"name": self.name, "extend_event": self.extend_event or None,
-                "executor_type": None if self.executor_type == "thread" else self.executor_type}
+        args = {
+            "name": self.name,
+            "extend_event": self.extend_event or None,
+            "executor_type": None if self.executor_type == "thread" else self.executor_type,
+        }
         return {key: value for key, value in args.items() if value is not None}
 
     def executor(self) -> Executor:
@@ -90,14 +101,17 @@ class ParallelRun(BaseModelRouter):
             if self.executor_type == "process":
                 self._executor = ProcessPoolExecutor(max_workers=workers)
             else:
-                self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mlserve-route")
+                self._executor = ThreadPoolExecutor(
+                    max_workers=workers, thread_name_prefix="mlserve-route"
+                )
         return self._executor
 
     def _submit(self, key: str, route: Any, event: Event) -> Future[Any]:
         clone = _event_copy(event)
         if self.executor_type == "process":
-            return self.executor().submit(_run_in_process, key, route.to_dict(), clone.body, clone.path,
-                                          clone.method)
+            return self.executor().submit(
+                _run_in_process, key, route.to_dict(), clone.body, clone.path, clone.method
+            )
         return self.executor().submit(lambda: route.run(clone).body)
 
     async def run_routes(self, event: Event, run: Callable[..., Any]) -> dict[str, Any]:
@@ -139,14 +153,30 @@ class VotingEnsemble(ParallelRun):
     ``/v2/models/<model>/infer`` goes to that model alone.
     """
 
-    def __init__(self, context: GraphContext | None = None, name: str | None = None,
-                 routes: dict[str, Any] | None = None, protocol: str | None = None,
-                 url_prefix: str | None = None, health_prefix: str | None = None,
-                 vote_type: str | None = None, executor_type: str | None = None,
-                 prediction_col_name: str | None = None, weights: dict[str, float] | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(context, name or "VotingEnsemble", routes, executor_type=executor_type,
-                         protocol=protocol, url_prefix=url_prefix, health_prefix=health_prefix, **kwargs)
+    def __init__(
+        self,
+        context: GraphContext | None = None,
+        name: str | None = None,
+        routes: dict[str, Any] | None = None,
+        protocol: str | None = None,
+        url_prefix: str | None = None,
+        health_prefix: str | None = None,
+        vote_type: str | None = None,
+        executor_type: str | None = None,
+        prediction_col_name: str | None = None,
+        weights: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            context,
+            name or "VotingEnsemble",
+            routes,
+            executor_type=executor_type,
+            protocol=protocol,
+            url_prefix=url_prefix,
+            health_prefix=health_prefix,
+            **kwargs,
+        )
         if vote_type not in (None, *VOTE_TYPES):
             raise ValueError(f"vote_type must be one of {VOTE_TYPES}, got '{vote_type}'")
         self.vote_type = vote_type
@@ -154,11 +184,20 @@ class VotingEnsemble(ParallelRun):
         self.weights = dict(weights) if weights else None
         self.version = ""
         self._inferred_vote_type: str | None = None
-        self._init_args = {"protocol": protocol, "url_prefix": url_prefix, "health_prefix": health_prefix}
+        self._init_args = {
+            "protocol": protocol,
+            "url_prefix": url_prefix,
+            "health_prefix": health_prefix,
+        }
 
     def to_class_args(self) -> dict[str, Any]:
-        args = {**super().to_class_args(), **self._init_args, "vote_type": self.vote_type,
-                "prediction_col_name": self.prediction_col_name, "weights": self.weights}
+        args = {
+            **super().to_class_args(),
+            **self._init_args,
+            "vote_type": self.vote_type,
+            "prediction_col_name": self.prediction_col_name,
+            "weights": self.weights,
+        }
         return {key: value for key, value in args.items() if value is not None}
 
     # ---- routing -----------------------------------------------------------------
@@ -182,7 +221,7 @@ class VotingEnsemble(ParallelRun):
 
     def _target(self, event: Event, path: str) -> tuple[str | None, str | None]:
         """``(route key or None for the ensemble, operation)``; ``(None, None)`` lists."""
-        sub = path[len(self.url_prefix):].strip("/") if path.startswith(self.url_prefix) else ""
+        sub = path[len(self.url_prefix) :].strip("/") if path.startswith(self.url_prefix) else ""
         if not sub:
             if path.startswith(self.url_prefix) and event.method == "GET":
                 return None, None
@@ -202,11 +241,18 @@ class VotingEnsemble(ParallelRun):
         versions = [k for k in self.routes if k.partition(":")[0] == key]
         if versions:
             return sorted(versions)[-1]
-        raise ModelNotFound(f"model {key} doesn't exist, available models: {' | '.join(self.routes)}")
+        raise ModelNotFound(
+            f"model {key} doesn't exist, available models: {' | '.join(self.routes)}"
+        )
 
     def get_metadata(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "routes": list(self.routes),
-                "weights": self.normalised_weights(), "vote_type": self.vote_type or self._inferred_vote_type}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "routes": list(self.routes),
+            "weights": self.normalised_weights(),
+            "vote_type": self.vote_type or self._inferred_vote_type,
+        }
 
     # ---- voting ------------------------------------------------------------------
 
@@ -224,7 +270,7 @@ class VotingEnsemble(ParallelRun):
         body = event.body
         if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
             raise InvalidInput('Expected key "inputs" (a list) in request body')
-        start, clock = datetime.now(timezone.utc), time.perf_counter()
+        start, clock = datetime.now(UTC), time.perf_counter()
         event.path = op
         results = await self.run_routes(event, run)
         weights = self.normalised_weights()
@@ -238,8 +284,10 @@ class VotingEnsemble(ParallelRun):
         outputs = response.get("outputs") if isinstance(response, dict) else None
         if isinstance(outputs, dict):
             if self.prediction_col_name is None or self.prediction_col_name not in outputs:
-                raise InvalidInput(f"prediction_col_name '{self.prediction_col_name}' is not in the "
-                                   f"models' outputs {sorted(outputs)}")
+                raise InvalidInput(
+                    f"prediction_col_name '{self.prediction_col_name}' is not in the "
+                    f"models' outputs {sorted(outputs)}"
+                )
             return outputs[self.prediction_col_name]
         if is_tensor_inputs(outputs):
             return decode_tensor(outputs[0])
@@ -251,13 +299,17 @@ class VotingEnsemble(ParallelRun):
         vote_type = self.vote_type or self._inferred_vote_type
         if vote_type is None:
             whole = np.issubdtype(predictions.dtype, np.integer) or bool(
-                np.issubdtype(predictions.dtype, np.floating) and np.all(np.mod(predictions, 1) == 0))
+                np.issubdtype(predictions.dtype, np.floating)
+                and np.all(np.mod(predictions, 1) == 0)
+            )
             vote_type = self._inferred_vote_type = "classification" if whole else "regression"
         if vote_type == "regression":
             return np.tensordot(weights, predictions.astype(float), axes=1)
         return np.asarray([_weighted_vote(column, weights) for column in predictions.astype(int).T])
 
-    def _response(self, request: dict[str, Any], votes: np.ndarray, event_id: Any) -> dict[str, Any]:
+    def _response(
+        self, request: dict[str, Any], votes: np.ndarray, event_id: Any
+    ) -> dict[str, Any]:
         response: dict[str, Any] = {"id": request.get("id", event_id), "model_name": self.name}
         if is_tensor_inputs(request["inputs"]):
             response["outputs"] = build_outputs(votes, decode_request(request), "output-0")

@@ -1,7 +1,7 @@
 """Flows: steps wired into a DAG with ``.to()`` / ``after=`` (S5).
 
     graph = fn.set_topology("flow", engine="sync")
-    graph.to(name="prep", handler="prepare").to("*", name="router").to(name="post", handler="(event)")
+    graph.to(name="prep", handler="prep").to("*", name="router").to(name="post", handler="(event)")
     graph["post"].respond()
     graph.error_handler(name="catch", handler="on_error", full_event=True)
 
@@ -25,8 +25,16 @@ from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict, 
 from mlserve.server.aio import run_in_threadpool
 from mlserve.server.events import Event
 
-__all__ = ["ENGINES", "ErrorStep", "FlowStep", "RootFlowStep", "add_error_handler", "chain_to", "make_step",
-           "snapshot"]
+__all__ = [
+    "ENGINES",
+    "ErrorStep",
+    "FlowStep",
+    "RootFlowStep",
+    "add_error_handler",
+    "chain_to",
+    "make_step",
+    "snapshot",
+]
 
 logger = logging.getLogger("mlserve.graph")
 
@@ -41,8 +49,13 @@ class ErrorStep(TaskStep):
     kind = "error"
     fields = ("before", "base_step", *TaskStep.fields)
 
-    def __init__(self, *args: Any, before: list[str] | None = None, base_step: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        before: list[str] | None = None,
+        base_step: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.before: list[str] = list(before or [])
         self.base_step = base_step
@@ -90,10 +103,20 @@ def make_step(
         router = class_name[1:] or None if isinstance(class_name, str) else class_name
         step = RouterStep(router, args, handler, name=name, function=function, **paths)
     else:
-        step = TaskStep(class_name, args, handler, name=name, full_event=full_event, function=function,
-                        **paths)
-    step.name = name or step.name or ("router" if class_name == "*" else
-                                      "queue" if class_name == ">>" else _default_name(class_name, handler))
+        step = TaskStep(
+            class_name, args, handler, name=name, full_event=full_event, function=function, **paths
+        )
+    step.name = (
+        name
+        or step.name
+        or (
+            "router"
+            if class_name == "*"
+            else "queue"
+            if class_name == ">>"
+            else _default_name(class_name, handler)
+        )
+    )
     return step
 
 
@@ -105,19 +128,34 @@ def _is_router(class_name: Any) -> bool:
     return isinstance(class_name, BaseModelRouter)
 
 
-def chain_to(step: BaseStep, class_name: Any = None, name: str | None = None, handler: Any = None,
-             **kwargs: Any) -> BaseStep:
+def chain_to(
+    step: BaseStep,
+    class_name: Any = None,
+    name: str | None = None,
+    handler: Any = None,
+    **kwargs: Any,
+) -> BaseStep:
     """``step.to(...)``: a new step after ``step`` in its flow."""
     flow = step._parent
     if not isinstance(flow, FlowStep):
-        raise ValueError(f"step '{step.name}' is not in a flow: build flows with graph.to() or graph.add_step()")
+        raise ValueError(
+            f"step '{step.name}' is not in a flow: build flows with graph.to() or graph.add_step()"
+        )
     return flow.add_step(class_name, name, handler, after=step.name, **kwargs)
 
 
-def add_error_handler(step: BaseStep, name: str | None, class_name: Any, handler: Any, before: str | None,
-                      function: str | None = None, full_event: bool | None = None,
-                      input_path: str | None = None, result_path: str | None = None,
-                      **class_args: Any) -> BaseStep:
+def add_error_handler(
+    step: BaseStep,
+    name: str | None,
+    class_name: Any,
+    handler: Any,
+    before: str | None,
+    function: str | None = None,
+    full_event: bool | None = None,
+    input_path: str | None = None,
+    result_path: str | None = None,
+    **class_args: Any,
+) -> BaseStep:
     """``step.error_handler(...)`` / ``graph.error_handler(...)``; returns ``step``."""
     if not (class_name or handler):
         raise ValueError("error_handler() needs a class_name or a handler")
@@ -127,9 +165,18 @@ def add_error_handler(step: BaseStep, name: str | None, class_name: Any, handler
     if step is flow and before:
         raise ValueError("the graph's error handler completes the flow: it takes no before=")
     name = name or _default_name(class_name, handler)
-    error_step = ErrorStep(class_name, class_args, handler, name=name, full_event=full_event,
-                           function=function, input_path=input_path, result_path=result_path,
-                           before=[before] if before else None, base_step=step.name)
+    error_step = ErrorStep(
+        class_name,
+        class_args,
+        handler,
+        name=name,
+        full_event=full_event,
+        function=function,
+        input_path=input_path,
+        result_path=result_path,
+        before=[before] if before else None,
+        base_step=step.name,
+    )
     flow._put(name, error_step)
     step.on_error = name  # type: ignore[attr-defined]
     return step
@@ -160,8 +207,13 @@ class FlowStep(BaseStep):
     kind = "flow"
     fields = ("steps", "engine", "on_error", *BaseStep.fields)
 
-    def __init__(self, name: str | None = None, after: list[str] | None = None,
-                 steps: dict[str, BaseStep] | None = None, engine: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        after: list[str] | None = None,
+        steps: dict[str, BaseStep] | None = None,
+        engine: str | None = None,
+    ) -> None:
         super().__init__(name, after)
         self.engine = engine
         self.on_error: str | None = None
@@ -206,27 +258,67 @@ class FlowStep(BaseStep):
 
     # ---- building ------------------------------------------------------------------
 
-    def to(self, class_name: Any = None, name: str | None = None, handler: Any = None,  # type: ignore[override]
-           graph_shape: str | None = None, function: str | None = None, full_event: bool | None = None,
-           input_path: str | None = None, result_path: str | None = None, **class_args: Any) -> BaseStep:
+    def to(
+        self,
+        class_name: Any = None,
+        name: str | None = None,
+        handler: Any = None,  # type: ignore[override]
+        graph_shape: str | None = None,
+        function: str | None = None,
+        full_event: bool | None = None,
+        input_path: str | None = None,
+        result_path: str | None = None,
+        **class_args: Any,
+    ) -> BaseStep:
         """Add a step that starts the flow; chain more with the returned step's ``.to()``."""
-        return self.add_step(class_name, name, handler, graph_shape=graph_shape, function=function,
-                             full_event=full_event, input_path=input_path, result_path=result_path,
-                             **class_args)
+        return self.add_step(
+            class_name,
+            name,
+            handler,
+            graph_shape=graph_shape,
+            function=function,
+            full_event=full_event,
+            input_path=input_path,
+            result_path=result_path,
+            **class_args,
+        )
 
-    def add_step(self, class_name: Any = None, name: str | None = None, handler: Any = None,
-                 after: str | list[str] | None = None, before: str | None = None,
-                 graph_shape: str | None = None, function: str | None = None,
-                 full_event: bool | None = None, input_path: str | None = None,
-                 result_path: str | None = None, **class_args: Any) -> BaseStep:
+    def add_step(
+        self,
+        class_name: Any = None,
+        name: str | None = None,
+        handler: Any = None,
+        after: str | list[str] | None = None,
+        before: str | None = None,
+        graph_shape: str | None = None,
+        function: str | None = None,
+        full_event: bool | None = None,
+        input_path: str | None = None,
+        result_path: str | None = None,
+        **class_args: Any,
+    ) -> BaseStep:
         """Add a step after ``after`` (names, or ``"$prev"`` for the last added step)
         and before ``before``; without either it starts the flow."""
-        step = make_step(class_name, name, handler, graph_shape, function, full_event, input_path,
-                         result_path, class_args)
+        step = make_step(
+            class_name,
+            name,
+            handler,
+            graph_shape,
+            function,
+            full_event,
+            input_path,
+            result_path,
+            class_args,
+        )
         return self.insert_step(step.name or "", step, before=before, after=after)
 
-    def insert_step(self, key: str, step: BaseStep, before: str | None = None,
-                    after: str | list[str] | None = None) -> BaseStep:
+    def insert_step(
+        self,
+        key: str,
+        step: BaseStep,
+        before: str | None = None,
+        after: str | list[str] | None = None,
+    ) -> BaseStep:
         """Put ``step`` (as ``key``) after ``after``, and make ``before`` follow it
         (by default ``step`` takes ``before``'s place after its predecessors)."""
         afters = self._resolve_after(after)
@@ -273,8 +365,14 @@ class FlowStep(BaseStep):
             raise ValueError(f"the flow has several routers {names}: name one with router_step=")
         return routers[0]
 
-    def plot(self, filename: str | None = None, format: str | None = None, source: str | None = None,
-             targets: list[str] | None = None, **kw: Any) -> Any:
+    def plot(
+        self,
+        filename: str | None = None,
+        format: str | None = None,
+        source: str | None = None,
+        targets: list[str] | None = None,
+        **kw: Any,
+    ) -> Any:
         """Draw the graph with graphviz (to ``filename`` when given); returns the Digraph."""
         from mlserve.graph.plot import plot_graph
 
@@ -290,8 +388,13 @@ class FlowStep(BaseStep):
         """The steps this server runs (a nested flow runs all of its own)."""
         return dict(self._steps)
 
-    def init_object(self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync",
-                    **kwargs: Any) -> None:
+    def init_object(
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        mode: str = "sync",
+        **kwargs: Any,
+    ) -> None:
         self.context = context
         self._local = self._local_steps(context)
         if not self._local:
@@ -318,7 +421,9 @@ class FlowStep(BaseStep):
                 self._starts.append(key)
             handler = self.error_handler_of(key)
             if handler is not None and handler not in self._local:
-                raise ValueError(f"step '{key}' has error handler '{handler}', which is not in this function")
+                raise ValueError(
+                    f"step '{key}' has error handler '{handler}', which is not in this function"
+                )
         responders = [key for key, step in self._local.items() if getattr(step, "responder", False)]
         if len(responders) > 1:
             raise ValueError(f"only one step may respond(), got {responders}")
@@ -333,7 +438,9 @@ class FlowStep(BaseStep):
 
     def _check_one_path(self) -> None:
         if len(self._starts) > 1 or any(len(nexts) > 1 for nexts in self._next.values()):
-            raise ValueError("the sync engine runs one path of steps; use engine='async' for branches")
+            raise ValueError(
+                "the sync engine runs one path of steps; use engine='async' for branches"
+            )
 
     def error_handler_of(self, key: str) -> str | None:
         """The handler of step ``key``'s failures: its own, else the graph's."""
@@ -363,8 +470,13 @@ class FlowStep(BaseStep):
         handler_name = self.error_handler_of(step.name or "")
         if handler_name is None:
             raise exc
-        logger.warning("step %s failed (%s: %s), handled by %s", step.name, type(exc).__name__, exc,
-                       handler_name)
+        logger.warning(
+            "step %s failed (%s: %s), handled by %s",
+            step.name,
+            type(exc).__name__,
+            exc,
+            handler_name,
+        )
         mark_error(event, step, exc)
         handler = self._local[handler_name]
         event = handler.run(event)
@@ -411,8 +523,13 @@ class RootFlowStep(FlowStep):
 
     kind = "root"
 
-    def __init__(self, name: str | None = None, after: list[str] | None = None,
-                 steps: dict[str, BaseStep] | None = None, engine: str | None = "sync") -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        after: list[str] | None = None,
+        steps: dict[str, BaseStep] | None = None,
+        engine: str | None = "sync",
+    ) -> None:
         super().__init__(name, after, steps, engine or "sync")
         self._engine: Any = None
 
@@ -423,8 +540,13 @@ class RootFlowStep(FlowStep):
             return dict(self._steps)
         return {key: step for key, step in self._steps.items() if step.function in (current, "*")}
 
-    def init_object(self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync",
-                    **kwargs: Any) -> None:
+    def init_object(
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        mode: str = "sync",
+        **kwargs: Any,
+    ) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine '{self.engine}', use one of {ENGINES}")
         super().init_object(context, namespace, mode)

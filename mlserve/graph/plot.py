@@ -17,11 +17,21 @@ __all__ = ["FORMATS", "plot_graph", "to_digraph"]
 
 FORMATS = ("svg", "png")
 
-_SHAPES = {"task": "box", "router": "folder", "queue": "cylinder", "error": "octagon", "flow": "component"}
+_SHAPES = {
+    "task": "box",
+    "router": "folder",
+    "queue": "cylinder",
+    "error": "octagon",
+    "flow": "component",
+}
 
 
-def to_digraph(graph: Any, source: str | None = None, targets: list[str] | None = None,
-               title: str | None = None) -> Any:
+def to_digraph(
+    graph: Any,
+    source: str | None = None,
+    targets: list[str] | None = None,
+    title: str | None = None,
+) -> Any:
     """The graphviz ``Digraph`` of a flow or a router.
 
     ``source`` names the entry node (default ``"start"``); ``targets`` adds
@@ -29,9 +39,11 @@ def to_digraph(graph: Any, source: str | None = None, targets: list[str] | None 
     """
     import graphviz
 
-    dot = graphviz.Digraph(name=title or "graph", graph_attr={"rankdir": "LR", "fontname": "Helvetica"},
-                           node_attr={"fontname": "Helvetica", "style": "rounded,filled",
-                                      "fillcolor": "#eef3fb"})
+    dot = graphviz.Digraph(
+        name=title or "graph",
+        graph_attr={"rankdir": "LR", "fontname": "Helvetica"},
+        node_attr={"fontname": "Helvetica", "style": "rounded,filled", "fillcolor": "#eef3fb"},
+    )
     entry = source or "start"
     dot.node(entry, shape="circle", fillcolor="#d7ecd9")
     steps = getattr(graph, "steps", None)
@@ -96,9 +108,15 @@ def _add_edges(dot: Any, entry: str, graph: Any, steps: dict[str, Any], targets:
             dot.edge(leaf, target)
 
 
-def plot_graph(graph: Any, filename: str | None = None, format: str | None = None,
-               source: str | None = None, targets: list[str] | None = None, **kw: Any) -> Any:
-    """Draw ``graph``; with ``filename`` also write the picture (svg or png). Returns the Digraph."""
+def plot_graph(
+    graph: Any,
+    filename: str | None = None,
+    format: str | None = None,
+    source: str | None = None,
+    targets: list[str] | None = None,
+    **kw: Any,
+) -> Any:
+    """Draw ``graph``; with ``filename`` also write the picture (svg or png)."""
     if graph is None:
         raise ValueError("the function has no graph to plot: use set_topology() or add_model()")
     dot = to_digraph(graph, source, targets, kw.pop("title", None))

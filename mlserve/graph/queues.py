@@ -57,10 +57,17 @@ class QueueStep(BaseStep):
     kind = "queue"
     fields = ("path", "shards", "retention_in_hours", "trigger_args", "options", *BaseStep.fields)
 
-    def __init__(self, name: str | None = None, after: list[str] | None = None, path: str | None = None,
-                 shards: int | None = None, retention_in_hours: int | None = None,
-                 trigger_args: dict[str, Any] | None = None, function: str | None = None,
-                 **options: Any) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        after: list[str] | None = None,
+        path: str | None = None,
+        shards: int | None = None,
+        retention_in_hours: int | None = None,
+        trigger_args: dict[str, Any] | None = None,
+        function: str | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(name, after)
         self.path = path
         self.shards = shards
@@ -77,15 +84,21 @@ class QueueStep(BaseStep):
             return None
         return KafkaTarget(self.path, self.options.get("kafka_brokers"))
 
-    def init_object(self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync",
-                    **kwargs: Any) -> None:
+    def init_object(
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        mode: str = "sync",
+        **kwargs: Any,
+    ) -> None:
         super().init_object(context, namespace, mode)
         self._target = self.target()
         if self._target is not None:
             from kafka import KafkaProducer
 
-            self._producer = KafkaProducer(bootstrap_servers=self._target.brokers,
-                                           **self.options.get("producer_options", {}))
+            self._producer = KafkaProducer(
+                bootstrap_servers=self._target.brokers, **self.options.get("producer_options", {})
+            )
 
     def run(self, event: Event) -> Event:
         if self._target is None:
@@ -145,10 +158,14 @@ class QueueConsumer:
     def start(self) -> QueueConsumer:
         from kafka import KafkaConsumer
 
-        consumer = KafkaConsumer(bootstrap_servers=self.target.brokers, auto_offset_reset="earliest",
-                                 enable_auto_commit=False)
-        self._thread = threading.Thread(target=self._loop, args=(consumer,), daemon=True,
-                                        name=f"queue-{self.target.topic}")
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.target.brokers,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        self._thread = threading.Thread(
+            target=self._loop, args=(consumer,), daemon=True, name=f"queue-{self.target.topic}"
+        )
         self._thread.start()
         self.server.on_shutdown(self.stop)
         return self
@@ -173,8 +190,13 @@ class QueueConsumer:
 
     def _handle(self, record: Any) -> None:
         data = loads(record.value)
-        event = Event(body=data.get("body"), path=data.get("path") or "/", event_id=data.get("id"),
-                      trigger=Trigger("kafka", self.target.topic), offset=record.offset)
+        event = Event(
+            body=data.get("body"),
+            path=data.get("path") or "/",
+            event_id=data.get("id"),
+            trigger=Trigger("kafka", self.target.topic),
+            offset=record.offset,
+        )
         response = self.server.run(event, get_body=True)
         self.processed += 1
         status = getattr(response, "status_code", 200)

@@ -43,7 +43,9 @@ class StoreyEngine:
         nodes = {key: self._node(key, step) for key, step in self.flow._local.items()}
         for key, node in nodes.items():
             step = self.flow._local[key]
-            targets = list(step.before) if isinstance(step, ErrorStep) else list(self.flow._next[key])
+            targets = (
+                list(step.before) if isinstance(step, ErrorStep) else list(self.flow._next[key])
+            )
             handler = None if isinstance(step, ErrorStep) else self.flow.error_handler_of(key)
             for target in targets + ([handler] if handler else []):
                 node.to(nodes[target])
@@ -65,10 +67,13 @@ class StoreyEngine:
                 return [handler or ""]
             return list(self.flow._next[key])
 
-        return storey.FlatMap(do, full_event=True, name=key, fn_select_outlets=select if handler else None)
+        return storey.FlatMap(
+            do, full_event=True, name=key, fn_select_outlets=select if handler else None
+        )
 
-    async def _do(self, key: str, step: BaseStep, item: storey.Event, has_next: bool,
-                  handler: str | None) -> list[storey.Event]:
+    async def _do(
+        self, key: str, step: BaseStep, item: storey.Event, has_next: bool, handler: str | None
+    ) -> list[storey.Event]:
         event: Event = item.body
         try:
             event = await step.run_async(event)

@@ -24,7 +24,9 @@ AsyncCall = Callable[[Event], Awaitable[Event]]
 StepCalls = tuple[SyncCall, AsyncCall]
 
 
-def resolve_handler(handler: str | Callable[..., Any], namespace: dict[str, Any] | None) -> Callable[..., Any]:
+def resolve_handler(
+    handler: str | Callable[..., Any], namespace: dict[str, Any] | None
+) -> Callable[..., Any]:
     """A callable from a handler: itself, an expression ``"(event + 1)"`` (with
     ``event`` bound to the body), a name in the namespace, or a dotted import."""
     if callable(handler):
@@ -45,7 +47,11 @@ def resolve_handler(handler: str | Callable[..., Any], namespace: dict[str, Any]
 def step_calls(step: Any, obj: Any, namespace: dict[str, Any] | None, context: Any) -> StepCalls:
     """``(sync call, async call)`` of a task step whose live object is ``obj``."""
     if obj is not None and not step.handler and hasattr(obj, "do_event"):
-        async_call = obj.do_event_async if hasattr(obj, "do_event_async") else partial(run_in_threadpool, obj.do_event)
+        async_call = (
+            obj.do_event_async
+            if hasattr(obj, "do_event_async")
+            else partial(run_in_threadpool, obj.do_event)
+        )
         return obj.do_event, async_call
     fn = _function_of(step, obj, namespace)
     if _takes_context(fn):
@@ -60,8 +66,10 @@ def _function_of(step: Any, obj: Any, namespace: dict[str, Any] | None) -> Calla
     if obj is not None:
         fn = getattr(obj, step.handler or "do", None)
         if fn is None:
-            raise ValueError(f"step '{step.name}': {type(obj).__name__} has no do_event(), do() or "
-                             f"'{step.handler}' method")
+            raise ValueError(
+                f"step '{step.name}': {type(obj).__name__} has no do_event(), do() or "
+                f"'{step.handler}' method"
+            )
         return fn  # type: ignore[no-any-return]
     if step.handler:
         return resolve_handler(step.handler, namespace)
@@ -79,8 +87,13 @@ class BodyCall:
     """Calls a function with the body (or ``input_path`` of it, or the whole
     event with ``full_event``) and writes its result back (``result_path``)."""
 
-    def __init__(self, fn: Callable[..., Any], full_event: bool, input_path: str | None,
-                 result_path: str | None) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        full_event: bool,
+        input_path: str | None,
+        result_path: str | None,
+    ) -> None:
         self.fn = fn
         self.full_event = full_event
         self.input_path = input_path

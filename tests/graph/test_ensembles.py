@@ -50,8 +50,13 @@ def test_paths_listing_and_pass_through() -> None:
     assert outputs(server, "/v2/models/ens/infer") == [3]
     assert server.test("/v2/models/a/infer", body={"inputs": [[0]]})["outputs"] == [1]
     assert server.test("/v2/models/b/infer", body={"inputs": [[0]]})["model_name"] == "b"
-    assert server.test("/v2/models") == {"models": ["a", "b", "ens"], "weights": {"a": 0.25, "b": 0.75}}
-    assert server.test("/v2/models/nope/infer", body={"inputs": [[0]]}, silent=True).status_code == 404
+    assert server.test("/v2/models") == {
+        "models": ["a", "b", "ens"],
+        "weights": {"a": 0.25, "b": 0.75},
+    }
+    assert (
+        server.test("/v2/models/nope/infer", body={"inputs": [[0]]}, silent=True).status_code == 404
+    )
 
 
 def test_prediction_col_name() -> None:
@@ -86,7 +91,11 @@ def test_instance_exports_its_class_args() -> None:
     fn.set_topology("router", class_name=VotingEnsemble(weights={"a": 1}, vote_type="regression"))
     graph = fn.to_dict()["spec"]["graph"]
     assert graph["class_name"] == "mlserve.graph.ensembles.VotingEnsemble"
-    assert graph["class_args"] == {"name": "VotingEnsemble", "vote_type": "regression", "weights": {"a": 1}}
+    assert graph["class_args"] == {
+        "name": "VotingEnsemble",
+        "vote_type": "regression",
+        "weights": {"a": 1},
+    }
 
 
 def test_parallel_run_merges_results() -> None:
@@ -111,8 +120,8 @@ def test_ensemble_in_a_sync_flow() -> None:
     fn = mlserve.new_function("flow")
     graph = fn.set_topology("flow", engine="sync")
     graph.to(name="pre", handler="(dict(inputs=[[event]] * 2))").to(
-        "*mlserve.VotingEnsemble", name="vote", vote_type="regression").to(
-        name="post", handler="(event['outputs'])")
+        "*mlserve.VotingEnsemble", name="vote", vote_type="regression"
+    ).to(name="post", handler="(event['outputs'])")
     fn.add_model("a", class_name=Const, value=1)
     fn.add_model("b", class_name=Const, value=3)
     server = fn.to_mock_server()

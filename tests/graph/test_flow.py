@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +17,9 @@ from tests.graph.models import Const, EventStep, NoInjection, Scale, catch, doub
 NS = {"inc": inc, "double": double}
 
 
-def serve(fn: mlserve.ServingFunction, namespace: dict[str, Any] | None = None) -> mlserve.GraphServer:
+def serve(
+    fn: mlserve.ServingFunction, namespace: dict[str, Any] | None = None
+) -> mlserve.GraphServer:
     return fn.to_mock_server(namespace=namespace or NS)
 
 
@@ -27,11 +32,13 @@ def flow(engine: str) -> tuple[mlserve.ServingFunction, mlserve.RootFlowStep]:
 
 def test_chain_of_handler_kinds(engine: str) -> None:
     fn, graph = flow(engine)
-    (graph.to(name="name", handler="inc")                       # a name in the namespace
-          .to(name="expr", handler="(event * 10)")              # an expression
-          .to(name="dotted", handler="tests.graph.models.inc")  # a dotted name
-          .to(handler=double)                                   # a callable (named after it)
-          .respond())
+    (
+        graph.to(name="name", handler="inc")  # a name in the namespace
+        .to(name="expr", handler="(event * 10)")  # an expression
+        .to(name="dotted", handler="tests.graph.models.inc")  # a dotted name
+        .to(handler=double)  # a callable (named after it)
+        .respond()
+    )
     assert list(graph.steps) == ["name", "expr", "dotted", "double"]
     assert graph["expr"].after == ["name"]
     server = serve(fn)
@@ -44,12 +51,19 @@ def test_chain_of_handler_kinds(engine: str) -> None:
 def test_class_steps_and_injection(engine: str) -> None:
     fn, graph = flow(engine)
     graph.to(Scale, name="scale", factor=3).to(
-        "tests.graph.models.NoInjection", name="plain", offset=5, input_path="value", result_path="out.value"
+        "tests.graph.models.NoInjection",
+        name="plain",
+        offset=5,
+        input_path="value",
+        result_path="out.value",
     ).to(EventStep, name="ev").respond()
     server = serve(fn)
     try:
         result = server.test("/some/path", body=2)
-        assert result == {"path": "/some/path", "body": {"value": 6, "step": "scale", "out": {"value": 11}}}
+        assert result == {
+            "path": "/some/path",
+            "body": {"value": 6, "step": "scale", "out": {"value": 11}},
+        }
     finally:
         server.wait_for_completion()
     assert NoInjection(offset=1).do(1) == 2  # the class itself takes no injected arguments
@@ -58,11 +72,16 @@ def test_class_steps_and_injection(engine: str) -> None:
 def test_context_full_event_and_paths(engine: str) -> None:
     fn, graph = flow(engine)
     fn.spec.parameters = {"p": "param"}
-    graph.to(name="ctx", handler="tests.graph.models.with_context", input_path="a.b", result_path="c.d")
+    graph.to(
+        name="ctx", handler="tests.graph.models.with_context", input_path="a.b", result_path="c.d"
+    )
     graph.add_step(name="full", handler="(event.body)", full_event=True, after="$prev").respond()
     server = serve(fn)
     try:
-        assert server.test(body={"a": {"b": 7}}) == {"a": {"b": 7}, "c": {"d": {"body": 7, "param": "param"}}}
+        assert server.test(body={"a": {"b": 7}}) == {
+            "a": {"b": 7},
+            "c": {"d": {"body": 7, "param": "param"}},
+        }
     finally:
         server.wait_for_completion()
 
@@ -70,7 +89,7 @@ def test_context_full_event_and_paths(engine: str) -> None:
 def test_after_before_and_insert_step() -> None:
     fn, graph = flow("sync")
     graph.to(name="a", handler="inc").to(name="c", handler="(event * 100)")
-    graph.add_step(name="b", handler="double", before="c")        # between a and c
+    graph.add_step(name="b", handler="double", before="c")  # between a and c
     graph.insert_step("z", mlserve.TaskStep(handler="inc"), before="a")  # at the start
     graph.add_step(name="last", handler="inc", after="c")
     graph.add_step(name="tail", handler="inc", after="$prev")
@@ -85,7 +104,8 @@ def test_after_before_and_insert_step() -> None:
 def test_responder_answers_while_the_flow_goes_on(engine: str) -> None:
     fn, graph = flow(engine)
     graph.to(name="a", handler="inc").respond().to(name="b", handler="double").to(
-        name="rec", handler="tests.graph.models.record")
+        name="rec", handler="tests.graph.models.record"
+    )
     server = serve(fn)
     assert server.test(body=1) == 2
     server.wait_for_completion()
@@ -106,7 +126,8 @@ def test_graph_error_handler(engine: str) -> None:
 def test_step_error_handler_goes_on_before(engine: str) -> None:
     fn, graph = flow(engine)
     graph.to(name="bad", handler="tests.graph.models.boom").error_handler(
-        name="fix", handler="(41)", before="next")
+        name="fix", handler="(41)", before="next"
+    )
     graph.add_step(name="next", handler="inc", after="bad").respond()
     server = serve(fn)
     try:
@@ -134,7 +155,8 @@ def test_error_without_handler_is_the_error_status(engine: str) -> None:
 def test_router_inside_a_flow(engine: str) -> None:
     fn, graph = flow(engine)
     graph.to(name="pre", handler="(event)").to("*", name="router").to(
-        name="post", handler="(event['outputs'])").respond()
+        name="post", handler="(event['outputs'])"
+    ).respond()
     fn.add_model("m1", class_name=Const, value=1)
     fn.add_model("m2", class_name=Const, value=2)
     assert list(graph.find_router().routes) == ["m1", "m2"]
@@ -210,3 +232,16 @@ def test_route_step_to_outside_a_flow_is_an_error() -> None:
     step = mlserve.TaskStep(handler="inc", name="alone")
     with pytest.raises(ValueError, match="not in a flow"):
         step.to(handler="inc")
+
+
+def test_import_loads_no_engine_broker_or_graphviz() -> None:
+    heavy = "('storey', 'kafka', 'graphviz')"
+    code = f"import sys, mlserve; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.stdout.strip() == "[]"

@@ -12,7 +12,8 @@ def build() -> mlserve.ServingFunction:
     fn = mlserve.new_function("pic")
     graph = fn.set_topology("flow", engine="async")
     graph.to(name="prep", handler="tests.graph.models.inc").to("*", name="router").to(
-        name="post", handler="(event)").respond()
+        name="post", handler="(event)"
+    ).respond()
     graph.add_step(name="audit", handler="tests.graph.models.record", after="prep")
     graph.error_handler(name="catch", handler="tests.graph.models.catch", full_event=True)
     fn.add_model("m1", class_name=Const)
@@ -27,8 +28,13 @@ def test_svg_has_the_nodes_and_edges(tmp_path: Path) -> None:
     assert svg.startswith("<?xml")
     for node in ("request", "prep", "router", "post", "audit", "catch", "m1"):
         assert f"<title>{node}</title>" in svg or f">{node}</text>" in svg, node
-    for edge in ("request&#45;&gt;prep", "prep&#45;&gt;router", "router&#45;&gt;post", "prep&#45;&gt;audit",
-                 "post&#45;&gt;catch"):
+    for edge in (
+        "request&#45;&gt;prep",
+        "prep&#45;&gt;router",
+        "router&#45;&gt;post",
+        "prep&#45;&gt;audit",
+        "post&#45;&gt;catch",
+    ):
         assert f"<title>{edge}</title>" in svg, edge
 
 

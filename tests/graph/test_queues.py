@@ -59,7 +59,8 @@ def test_kafka_queue_with_brokers_option(kafka) -> None:  # type: ignore[no-unty
     fn = mlserve.new_function("root")
     graph = fn.set_topology("flow", engine="async")
     graph.to(name="prep", handler="tests.graph.models.inc").to(
-        ">>", name="q", path="graph-q2", kafka_brokers=kafka.url)
+        ">>", name="q", path="graph-q2", kafka_brokers=kafka.url
+    )
     graph.add_step(name="rec", handler="tests.graph.models.record", after="q", function="f2")
     root = fn.to_mock_server()
     child = fn.to_mock_server(current_function="f2")
