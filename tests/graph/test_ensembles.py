@@ -126,3 +126,23 @@ def test_ensemble_in_a_sync_flow() -> None:
     fn.add_model("b", class_name=Const, value=3)
     server = fn.to_mock_server()
     assert server.test(body=7) == [pytest.approx(2.0), pytest.approx(2.0)]
+
+
+class RecordingLogger:
+    """Stands in for the model-log pusher (built elsewhere): keeps what is pushed."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[Any, ...]] = []
+
+    def push(self, model: Any, *args: Any) -> None:
+        self.records.append((model.name, *args))
+
+
+def test_ensemble_pushes_its_own_model_log_record() -> None:
+    server = ensemble({"a": 1, "b": 1})
+    recorder = RecordingLogger()
+    server.graph._object.model_logger = recorder
+    outputs(server)
+    [(name, _start, request, response, op, microsec, metrics)] = recorder.records
+    assert (name, op, metrics) == ("VotingEnsemble", "infer", {})
+    assert request["inputs"] == [[0]] and response["outputs"] == [1] and microsec >= 0
