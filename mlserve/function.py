@@ -190,6 +190,12 @@ class ServingFunction:
         ref = {"url": url, "image": image, "requirements": requirements, "kind": kind}
         self.spec.function_refs[name] = {key: value for key, value in ref.items() if value is not None}
 
+    def plot(self, filename: str | None = None, format: str | None = None, **kw: Any) -> Any:
+        """Draw the function's graph with graphviz (see ``mlserve.graph.plot``)."""
+        from mlserve.graph.plot import plot_graph
+
+        return plot_graph(self.spec.graph, filename, format, **kw)
+
     # ---- running ---------------------------------------------------------------
 
     def to_mock_server(

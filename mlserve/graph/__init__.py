@@ -1,8 +1,25 @@
-"""Serving graphs: steps, routers and their description."""
+"""Serving graphs: steps, routers, flows, queues and their description."""
 
 from __future__ import annotations
 
+from mlserve.graph.ensembles import ParallelRun, VotingEnsemble
+from mlserve.graph.flow import ErrorStep, FlowStep, RootFlowStep
+from mlserve.graph.queues import QueueConsumer, QueueStep
 from mlserve.graph.routers import BaseModelRouter, ModelRouter
 from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict
 
-__all__ = ["BaseModelRouter", "BaseStep", "ModelRouter", "RouterStep", "TaskStep", "step_from_dict"]
+__all__ = [
+    "BaseModelRouter",
+    "BaseStep",
+    "ErrorStep",
+    "FlowStep",
+    "ModelRouter",
+    "ParallelRun",
+    "QueueConsumer",
+    "QueueStep",
+    "RootFlowStep",
+    "RouterStep",
+    "TaskStep",
+    "VotingEnsemble",
+    "step_from_dict",
+]

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from mlserve.context import GraphContext
 from mlserve.protocol.errors import InvalidInput
-from mlserve.server.aio import drive, run_in_threadpool
+from mlserve.server.aio import drive
 from mlserve.server.events import Event
 
 __all__ = [
@@ -157,6 +157,26 @@ class BaseStep:
         """Handle an event synchronously."""
         return drive(self.run_async(event))
 
+    # ---- building a flow (mlserve.graph.flow) ---------------------------------
+
+    def to(self, class_name: Any = None, name: str | None = None, handler: Any = None, **kwargs: Any) -> BaseStep:
+        """Add the next step after this one, in this step's flow; returns the new step."""
+        from mlserve.graph.flow import chain_to
+
+        return chain_to(self, class_name, name, handler, **kwargs)
+
+    def respond(self) -> BaseStep:
+        """Mark this step as the one whose result answers the request."""
+        self.responder = True
+        return self
+
+    def error_handler(self, name: str | None = None, class_name: Any = None, handler: Any = None,
+                      before: str | None = None, **kwargs: Any) -> BaseStep:
+        """Run a step when this one fails (it receives ``event.error`` and ``event.origin_state``)."""
+        from mlserve.graph.flow import add_error_handler
+
+        return add_error_handler(self, name, class_name, handler, before, **kwargs)
+
     def iter_models(self) -> Iterator[Any]:
         """The model objects (``V2ModelServer``) in and below this step."""
         return iter(())
@@ -219,6 +239,7 @@ class TaskStep(BaseStep):
         self.on_error: str | None = None
         self._object: Any = None
         self._call: Callable[[Event], Any] | None = None
+        self._run_sync: Callable[[Event], Event] | None = None
 
     def _field_value(self, field: str) -> Any:
         value = getattr(self, field, None)
@@ -249,18 +270,13 @@ class TaskStep(BaseStep):
                 name=self.name,
                 input_path=self.input_path,
                 result_path=self.result_path,
+                full_event=self.full_event,
             )
         if self._object is not None and hasattr(self._object, "post_init"):
             self._object.post_init(mode)
-        self._call = self._make_call()
+        from mlserve.graph.tasks import step_calls
 
-    def _make_call(self) -> Callable[[Event], Any]:
-        obj = self._object
-        if obj is not None and hasattr(obj, "do_event_async"):
-            return obj.do_event_async  # type: ignore[no-any-return]
-        if obj is not None and hasattr(obj, "do_event"):
-            return lambda event: run_in_threadpool(obj.do_event, event)
-        raise ValueError(f"step '{self.name}' has no class with do_event(); handlers belong in a flow")
+        self._run_sync, self._call = step_calls(self, self._object, namespace, context)
 
     def run(self, event: Event) -> Event:
         """Handle an event synchronously, through the object's own sync API."""
@@ -271,6 +287,11 @@ class TaskStep(BaseStep):
     async def run_async(self, event: Event) -> Event:
         assert self._call is not None, f"step '{self.name}' is not initialised"
         return await self._call(event)  # type: ignore[no-any-return]
+
+    def run(self, event: Event) -> Event:
+        """Handle an event synchronously: models and routers through their sync ``do_event``."""
+        assert self._run_sync is not None, f"step '{self.name}' is not initialised"
+        return self._run_sync(event)
 
     def iter_models(self) -> Iterator[Any]:
         if self._object is not None and hasattr(self._object, "get_metadata"):
@@ -378,6 +399,7 @@ class RouterStep(TaskStep):
             )
         self._object.post_init(mode)
         self._call = self._object.do_event_async
+        self._run_sync = self._object.do_event
 
     def iter_models(self) -> Iterator[Any]:
         live = getattr(self._object, "iter_models", None)

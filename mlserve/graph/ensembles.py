@@ -1,0 +1,336 @@
+"""Routers that run every route: ``ParallelRun`` merges their results,
+``VotingEnsemble`` votes on their predictions (S5).
+
+    fn.set_topology("router", class_name=VotingEnsemble(weights={"m1": 2, "m2": 1}))
+    fn.add_model("m1", class_name=M1)
+    fn.add_model("m2", class_name=M2)
+
+Routes run concurrently in a thread pool (``executor_type="thread"``, the
+default) or in worker processes (``"process"``). A process worker rebuilds
+each route from its description (``to_dict()``), so a route's class must be
+importable by its dotted name (a module-level class, not one defined in a
+notebook cell or a function) and its arguments picklable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from mlserve.context import GraphContext
+from mlserve.graph.routers import _VERSIONED, BaseModelRouter, _run_sync
+from mlserve.protocol.errors import InvalidInput, ModelNotFound
+from mlserve.protocol.forms import build_outputs, decode_request, is_tensor_inputs
+from mlserve.protocol.tensors import decode_tensor
+from mlserve.server.events import Event
+
+__all__ = ["EXECUTOR_TYPES", "VOTE_TYPES", "ParallelRun", "VotingEnsemble"]
+
+EXECUTOR_TYPES = ("thread", "process")
+VOTE_TYPES = ("classification", "regression")
+OPERATIONS = ("infer", "predict", "explain")
+
+
+def _event_copy(event: Event) -> Event:
+    """A copy of the event for one route: its own body dict (values shared, as
+    raw tensor buffers cannot be deep-copied)."""
+    clone = copy.copy(event)
+    if isinstance(event.body, dict):
+        clone.body = dict(event.body)
+    return clone
+
+
+_process_routes: dict[str, Any] = {}
+
+
+def _run_in_process(key: str, struct: dict[str, Any], body: Any, path: str, method: str) -> Any:
+    """Run one route in a worker process, built once per process from its description."""
+    from mlserve.graph.steps import step_from_dict
+
+    cache_key = f"{key}:{sorted(struct.items())!r}"
+    step = _process_routes.get(cache_key)
+    if step is None:
+        step = step_from_dict(struct, name=key)
+        step.init_object(GraphContext(), {}, "sync")
+        _process_routes[cache_key] = step
+    return step.run(Event(body=body, path=path, method=method)).body
+
+
+class ParallelRun(BaseModelRouter):
+    """Runs every route on the event and merges their dict results (starting
+    from a copy of the request body with ``extend_event=True``); a result that
+    is not a dict is kept under its route's name."""
+
+    def __init__(
+        self,
+        context: GraphContext | None = None,
+        name: str | None = None,
+        routes: dict[str, Any] | None = None,
+        extend_event: bool = False,
+        executor_type: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(context, name, routes, **kwargs)
+        self.extend_event = extend_event
+        self.executor_type = executor_type or "thread"
+        if self.executor_type not in EXECUTOR_TYPES:
+            raise ValueError(
+                f"executor_type must be one of {EXECUTOR_TYPES}, got '{executor_type}'"
+            )
+        self._executor: Executor | None = None
+
+    def to_class_args(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this router (for export)."""
+        args = {
+            "name": self.name,
+            "extend_event": self.extend_event or None,
+            "executor_type": None if self.executor_type == "thread" else self.executor_type,
+        }
+        return {key: value for key, value in args.items() if value is not None}
+
+    def executor(self) -> Executor:
+        if self._executor is None:
+            workers = max(1, len(self.routes))
+            if self.executor_type == "process":
+                self._executor = ProcessPoolExecutor(max_workers=workers)
+            else:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=workers, thread_name_prefix="mlserve-route"
+                )
+        return self._executor
+
+    def _submit(self, key: str, route: Any, event: Event) -> Future[Any]:
+        clone = _event_copy(event)
+        if self.executor_type == "process":
+            return self.executor().submit(
+                _run_in_process, key, route.to_dict(), clone.body, clone.path, clone.method
+            )
+        return self.executor().submit(lambda: route.run(clone).body)
+
+    async def run_routes(self, event: Event, run: Callable[..., Any]) -> dict[str, Any]:
+        """``{route key: result body}`` of every route, run concurrently."""
+        futures = {key: self._submit(key, route, event) for key, route in self.routes.items()}
+        if run is _run_sync:
+            return {key: future.result() for key, future in futures.items()}
+        results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures.values()))
+        return dict(zip(futures, results, strict=True))
+
+    async def route_event(self, event: Event, path: str, run: Callable[..., Any]) -> Event:
+        results = await self.run_routes(event, run)
+        merged = dict(event.body) if self.extend_event and isinstance(event.body, dict) else {}
+        for key, result in results.items():
+            if isinstance(result, dict):
+                merged.update(result)
+            else:
+                merged[key] = result
+        event.body = merged
+        return event
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+class VotingEnsemble(ParallelRun):
+    """Runs every model and votes on their predictions.
+
+    ``vote_type``: ``"regression"`` (weighted mean) or ``"classification"``
+    (weighted vote, ties to the lowest class); unset, it is inferred from the
+    first outputs (all whole numbers: classification). ``weights``:
+    ``{route: weight}``, normalised to sum 1; routes missing from it get 0;
+    none means equal weights. ``prediction_col_name``: the key of the
+    predictions when models answer ``outputs`` as a dict.
+
+    ``/v2/models/infer`` and ``/v2/models/<ensemble name>/infer`` vote;
+    ``/v2/models/<model>/infer`` goes to that model alone.
+    """
+
+    def __init__(
+        self,
+        context: GraphContext | None = None,
+        name: str | None = None,
+        routes: dict[str, Any] | None = None,
+        protocol: str | None = None,
+        url_prefix: str | None = None,
+        health_prefix: str | None = None,
+        vote_type: str | None = None,
+        executor_type: str | None = None,
+        prediction_col_name: str | None = None,
+        weights: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            context,
+            name or "VotingEnsemble",
+            routes,
+            executor_type=executor_type,
+            protocol=protocol,
+            url_prefix=url_prefix,
+            health_prefix=health_prefix,
+            **kwargs,
+        )
+        if vote_type not in (None, *VOTE_TYPES):
+            raise ValueError(f"vote_type must be one of {VOTE_TYPES}, got '{vote_type}'")
+        self.vote_type = vote_type
+        self.prediction_col_name = prediction_col_name
+        self.weights = dict(weights) if weights else None
+        self.version = ""
+        self._inferred_vote_type: str | None = None
+        self._init_args = {
+            "protocol": protocol,
+            "url_prefix": url_prefix,
+            "health_prefix": health_prefix,
+        }
+
+    def to_class_args(self) -> dict[str, Any]:
+        args = {
+            **super().to_class_args(),
+            **self._init_args,
+            "vote_type": self.vote_type,
+            "prediction_col_name": self.prediction_col_name,
+            "weights": self.weights,
+        }
+        return {key: value for key, value in args.items() if value is not None}
+
+    # ---- routing -----------------------------------------------------------------
+
+    def list_models(self) -> dict[str, Any]:
+        return {"models": [*self.routes, self.name], "weights": self.normalised_weights()}
+
+    async def route_event(self, event: Event, path: str, run: Callable[..., Any]) -> Event:
+        target, op = self._target(event, path)
+        if target is None and op is None:
+            event.terminated = True
+            event.body = self.list_models()
+            return event
+        if target is not None:
+            event.path = op or ""
+            return await run(self.routes[target], event)  # type: ignore[no-any-return]
+        if event.method == "GET" and not op:
+            event.body = self.get_metadata()
+            return event
+        return await self._vote(event, op or "infer", run)
+
+    def _target(self, event: Event, path: str) -> tuple[str | None, str | None]:
+        """``(route key or None for the ensemble, operation)``; ``(None, None)`` lists."""
+        sub = path[len(self.url_prefix) :].strip("/") if path.startswith(self.url_prefix) else ""
+        if not sub:
+            if path.startswith(self.url_prefix) and event.method == "GET":
+                return None, None
+            model = event.body.get("model") if isinstance(event.body, dict) else None
+            return (self._route_key(str(model)), "") if model and model != self.name else (None, "")
+        match = _VERSIONED.match(sub)
+        if match is None:
+            raise ModelNotFound(f"illegal path {path}")
+        model, version, op = match["model"], match["version"], match["op"] or ""
+        if model == self.name or (model in OPERATIONS and not version and model not in self.routes):
+            return None, op if model == self.name else model
+        return self._route_key(f"{model}:{version}" if version else model), op
+
+    def _route_key(self, key: str) -> str:
+        if key in self.routes:
+            return key
+        versions = [k for k in self.routes if k.partition(":")[0] == key]
+        if versions:
+            return sorted(versions)[-1]
+        raise ModelNotFound(
+            f"model {key} doesn't exist, available models: {' | '.join(self.routes)}"
+        )
+
+    def get_metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "routes": list(self.routes),
+            "weights": self.normalised_weights(),
+            "vote_type": self.vote_type or self._inferred_vote_type,
+        }
+
+    # ---- voting ------------------------------------------------------------------
+
+    def normalised_weights(self) -> dict[str, float]:
+        """Each route's weight, summing to 1 (equal without ``weights``)."""
+        if not self.weights:
+            return {key: 1 / len(self.routes) for key in self.routes} if self.routes else {}
+        raw = {key: float(self.weights.get(key, 0)) for key in self.routes}
+        total = sum(raw.values())
+        if total <= 0:
+            raise InvalidInput(f"the ensemble's weights {self.weights} give its models no weight")
+        return {key: value / total for key, value in raw.items()}
+
+    async def _vote(self, event: Event, op: str, run: Callable[..., Any]) -> Event:
+        body = event.body
+        if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
+            raise InvalidInput('Expected key "inputs" (a list) in request body')
+        start, clock = datetime.now(UTC), time.perf_counter()
+        event.path = op
+        results = await self.run_routes(event, run)
+        weights = self.normalised_weights()
+        predictions = np.asarray([self._predictions(results[key]) for key in self.routes])
+        votes = self._apply(predictions, np.asarray([weights[key] for key in self.routes]))
+        event.body = self._response(body, votes, event.id)
+        self._log(start, clock, body, event.body, op)
+        return event
+
+    def _predictions(self, response: Any) -> Any:
+        outputs = response.get("outputs") if isinstance(response, dict) else None
+        if isinstance(outputs, dict):
+            if self.prediction_col_name is None or self.prediction_col_name not in outputs:
+                raise InvalidInput(
+                    f"prediction_col_name '{self.prediction_col_name}' is not in the "
+                    f"models' outputs {sorted(outputs)}"
+                )
+            return outputs[self.prediction_col_name]
+        if is_tensor_inputs(outputs):
+            return decode_tensor(outputs[0])
+        if not isinstance(outputs, list):
+            raise InvalidInput(f"a model of the ensemble answered no outputs list: {response!r}")
+        return outputs
+
+    def _apply(self, predictions: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        vote_type = self.vote_type or self._inferred_vote_type
+        if vote_type is None:
+            whole = np.issubdtype(predictions.dtype, np.integer) or bool(
+                np.issubdtype(predictions.dtype, np.floating)
+                and np.all(np.mod(predictions, 1) == 0)
+            )
+            vote_type = self._inferred_vote_type = "classification" if whole else "regression"
+        if vote_type == "regression":
+            return np.tensordot(weights, predictions.astype(float), axes=1)
+        return np.asarray([_weighted_vote(column, weights) for column in predictions.astype(int).T])
+
+    def _response(
+        self, request: dict[str, Any], votes: np.ndarray, event_id: Any
+    ) -> dict[str, Any]:
+        response: dict[str, Any] = {"id": request.get("id", event_id), "model_name": self.name}
+        if is_tensor_inputs(request["inputs"]):
+            response["outputs"] = build_outputs(votes, decode_request(request), "output-0")
+        elif self.prediction_col_name:
+            response["outputs"] = {self.prediction_col_name: votes.tolist()}
+        else:
+            response["outputs"] = votes.tolist()
+        return response
+
+    def _log(self, start: datetime, clock: float, request: Any, response: Any, op: str) -> None:
+        """A model-log record of the ensemble itself, when monitoring is on."""
+        model_logger = getattr(self, "model_logger", None)
+        if model_logger is not None:
+            microsec = int((time.perf_counter() - clock) * 1_000_000)
+            model_logger.push(self, start, request, response, op, microsec, {})
+
+
+def _weighted_vote(classes: np.ndarray, weights: np.ndarray) -> int:
+    """The class with the most weight; a tie goes to the lowest class."""
+    scores: dict[int, float] = {}
+    for cls, weight in zip(classes.tolist(), weights.tolist(), strict=True):
+        scores[cls] = scores.get(cls, 0.0) + weight
+    top = max(scores.values())
+    return min(cls for cls, score in scores.items() if score >= top - 1e-9)

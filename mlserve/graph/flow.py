@@ -1,0 +1,567 @@
+"""Flows: steps wired into a DAG with ``.to()`` / ``after=`` (S5).
+
+    graph = fn.set_topology("flow", engine="sync")
+    graph.to(name="prep", handler="prep").to("*", name="router").to(name="post", handler="(event)")
+    graph["post"].respond()
+    graph.error_handler(name="catch", handler="on_error", full_event=True)
+
+The sync engine runs one path of steps in a worker thread; the async engine
+(``engine="async"``, storey) runs branches too. A failing step goes to its
+``error_handler`` (else the graph's), which gets the event with ``event.error``
+(``{step name: error text}``) and ``event.origin_state`` (the step's name); what
+it returns is the answer, unless it names a ``before`` step to go on with.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from mlserve.context import GraphContext
+from mlserve.graph.routers import BaseModelRouter
+from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict, step_kinds
+from mlserve.server.aio import run_in_threadpool
+from mlserve.server.events import Event
+
+__all__ = [
+    "ENGINES",
+    "ErrorStep",
+    "FlowStep",
+    "RootFlowStep",
+    "add_error_handler",
+    "chain_to",
+    "make_step",
+    "snapshot",
+]
+
+logger = logging.getLogger("mlserve.graph")
+
+ENGINES = ("sync", "async")
+PREVIOUS = "$prev"
+
+
+@step_kinds.register
+class ErrorStep(TaskStep):
+    """A step run when another fails; ``before`` names the step to go on with."""
+
+    kind = "error"
+    fields = ("before", "base_step", *TaskStep.fields)
+
+    def __init__(
+        self,
+        *args: Any,
+        before: list[str] | None = None,
+        base_step: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.before: list[str] = list(before or [])
+        self.base_step = base_step
+
+
+def _default_name(class_name: Any, handler: Any) -> str:
+    if isinstance(class_name, str) and class_name not in ("*", ">>"):
+        return class_name.lstrip("*").rpartition(".")[2]
+    if isinstance(class_name, type):
+        return class_name.__name__
+    if class_name is not None and not isinstance(class_name, str):
+        return type(class_name).__name__
+    if callable(handler):
+        return str(getattr(handler, "__name__", "handler"))
+    if isinstance(handler, str) and not handler.strip().startswith("("):
+        return handler.rpartition(".")[2]
+    raise ValueError("the step needs a name= (it cannot be taken from its class or handler)")
+
+
+def make_step(
+    class_name: Any = None,
+    name: str | None = None,
+    handler: Any = None,
+    graph_shape: str | None = None,
+    function: str | None = None,
+    full_event: bool | None = None,
+    input_path: str | None = None,
+    result_path: str | None = None,
+    class_args: dict[str, Any] | None = None,
+) -> BaseStep:
+    """A step from ``to()`` / ``add_step()`` arguments: ``"*Cls"`` is a router,
+    ``">>"`` a queue, a step object is itself, anything else a task."""
+    args = dict(class_args or {})
+    paths = {"input_path": input_path, "result_path": result_path}
+    if isinstance(class_name, BaseStep):
+        step: BaseStep = class_name
+    elif class_name == ">>" or graph_shape == "queue":
+        from mlserve.graph.queues import QueueStep
+
+        step = QueueStep(name=name, function=function, **args)
+    elif graph_shape == "flow":
+        step = FlowStep(name=name)
+        step.function = function
+    elif _is_router(class_name) or graph_shape == "router":
+        router = class_name[1:] or None if isinstance(class_name, str) else class_name
+        step = RouterStep(router, args, handler, name=name, function=function, **paths)
+    else:
+        step = TaskStep(
+            class_name, args, handler, name=name, full_event=full_event, function=function, **paths
+        )
+    step.name = (
+        name
+        or step.name
+        or (
+            "router"
+            if class_name == "*"
+            else "queue"
+            if class_name == ">>"
+            else _default_name(class_name, handler)
+        )
+    )
+    return step
+
+
+def _is_router(class_name: Any) -> bool:
+    if isinstance(class_name, str):
+        return class_name.startswith("*")
+    if isinstance(class_name, type):
+        return issubclass(class_name, BaseModelRouter)
+    return isinstance(class_name, BaseModelRouter)
+
+
+def chain_to(
+    step: BaseStep,
+    class_name: Any = None,
+    name: str | None = None,
+    handler: Any = None,
+    **kwargs: Any,
+) -> BaseStep:
+    """``step.to(...)``: a new step after ``step`` in its flow."""
+    flow = step._parent
+    if not isinstance(flow, FlowStep):
+        raise ValueError(
+            f"step '{step.name}' is not in a flow: build flows with graph.to() or graph.add_step()"
+        )
+    return flow.add_step(class_name, name, handler, after=step.name, **kwargs)
+
+
+def add_error_handler(
+    step: BaseStep,
+    name: str | None,
+    class_name: Any,
+    handler: Any,
+    before: str | None,
+    function: str | None = None,
+    full_event: bool | None = None,
+    input_path: str | None = None,
+    result_path: str | None = None,
+    **class_args: Any,
+) -> BaseStep:
+    """``step.error_handler(...)`` / ``graph.error_handler(...)``; returns ``step``."""
+    if not (class_name or handler):
+        raise ValueError("error_handler() needs a class_name or a handler")
+    flow = step if isinstance(step, FlowStep) else step._parent
+    if not isinstance(flow, FlowStep):
+        raise ValueError(f"step '{step.name}' is not in a flow")
+    if step is flow and before:
+        raise ValueError("the graph's error handler completes the flow: it takes no before=")
+    name = name or _default_name(class_name, handler)
+    error_step = ErrorStep(
+        class_name,
+        class_args,
+        handler,
+        name=name,
+        full_event=full_event,
+        function=function,
+        input_path=input_path,
+        result_path=result_path,
+        before=[before] if before else None,
+        base_step=step.name,
+    )
+    flow._put(name, error_step)
+    step.on_error = name  # type: ignore[attr-defined]
+    return step
+
+
+def mark_error(event: Event, step: BaseStep, exc: BaseException) -> None:
+    """Record on the event which step failed, and why (mlrun's ``event.error``)."""
+    if not isinstance(event.error, dict):
+        event.error = {}
+    event.error[step.name or ""] = f"{type(exc).__name__}: {exc}"
+    event.origin_state = step.name
+
+
+def snapshot(event: Event) -> Event:
+    """A copy of the event that the steps after a responder cannot change."""
+    try:
+        return copy.deepcopy(event)
+    except TypeError:  # raw tensor buffers (memoryview) do not deep-copy
+        clone = copy.copy(event)
+        clone.body = copy.copy(event.body)
+        return clone
+
+
+@step_kinds.register
+class FlowStep(BaseStep):
+    """Steps wired into a graph; a nested flow runs its steps as one path."""
+
+    kind = "flow"
+    fields = ("steps", "engine", "on_error", *BaseStep.fields)
+
+    def __init__(
+        self,
+        name: str | None = None,
+        after: list[str] | None = None,
+        steps: dict[str, BaseStep] | None = None,
+        engine: str | None = None,
+    ) -> None:
+        super().__init__(name, after)
+        self.engine = engine
+        self.on_error: str | None = None
+        self._steps: dict[str, BaseStep] = {}
+        self._last_added: BaseStep | None = None
+        for key, step in (steps or {}).items():
+            self._put(key, step)
+        self._local: dict[str, BaseStep] = {}
+        self._next: dict[str, list[str]] = {}
+        self._starts: list[str] = []
+        self._responder: str | None = None
+
+    # ---- description -------------------------------------------------------------
+
+    @property
+    def steps(self) -> dict[str, BaseStep]:
+        return self._steps
+
+    def __getitem__(self, name: str) -> BaseStep:
+        return self._steps[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._steps
+
+    def _field_value(self, field: str) -> Any:
+        if field == "steps":
+            return {key: step.to_dict() for key, step in self._steps.items()}
+        return super()._field_value(field)
+
+    def _set_field(self, field: str, value: Any) -> None:
+        if field == "steps":
+            for key, struct in value.items():
+                self._put(key, step_from_dict(struct, name=key))
+        else:
+            super()._set_field(field, value)
+
+    def _put(self, key: str, step: BaseStep) -> BaseStep:
+        step.name = key
+        step._parent = self
+        self._steps[key] = step
+        return step
+
+    # ---- building ------------------------------------------------------------------
+
+    def to(
+        self,
+        class_name: Any = None,
+        name: str | None = None,
+        handler: Any = None,  # type: ignore[override]
+        graph_shape: str | None = None,
+        function: str | None = None,
+        full_event: bool | None = None,
+        input_path: str | None = None,
+        result_path: str | None = None,
+        **class_args: Any,
+    ) -> BaseStep:
+        """Add a step that starts the flow; chain more with the returned step's ``.to()``."""
+        return self.add_step(
+            class_name,
+            name,
+            handler,
+            graph_shape=graph_shape,
+            function=function,
+            full_event=full_event,
+            input_path=input_path,
+            result_path=result_path,
+            **class_args,
+        )
+
+    def add_step(
+        self,
+        class_name: Any = None,
+        name: str | None = None,
+        handler: Any = None,
+        after: str | list[str] | None = None,
+        before: str | None = None,
+        graph_shape: str | None = None,
+        function: str | None = None,
+        full_event: bool | None = None,
+        input_path: str | None = None,
+        result_path: str | None = None,
+        **class_args: Any,
+    ) -> BaseStep:
+        """Add a step after ``after`` (names, or ``"$prev"`` for the last added step)
+        and before ``before``; without either it starts the flow."""
+        step = make_step(
+            class_name,
+            name,
+            handler,
+            graph_shape,
+            function,
+            full_event,
+            input_path,
+            result_path,
+            class_args,
+        )
+        return self.insert_step(step.name or "", step, before=before, after=after)
+
+    def insert_step(
+        self,
+        key: str,
+        step: BaseStep,
+        before: str | None = None,
+        after: str | list[str] | None = None,
+    ) -> BaseStep:
+        """Put ``step`` (as ``key``) after ``after``, and make ``before`` follow it
+        (by default ``step`` takes ``before``'s place after its predecessors)."""
+        afters = self._resolve_after(after)
+        if before is not None:
+            target = self._step(before)
+            if after is None:
+                afters = list(target.after)
+            target.after = [name for name in target.after if name not in afters] + [key]
+        if after is not None or before is not None:
+            step.after = afters
+        self._put(key, step)
+        self._last_added = step
+        return step
+
+    def _resolve_after(self, after: str | list[str] | None) -> list[str]:
+        names = [after] if isinstance(after, str) else list(after or [])
+        resolved = []
+        for name in names:
+            if name == PREVIOUS:
+                if self._last_added is not None:
+                    resolved.append(self._last_added.name or "")
+                continue
+            self._step(name)
+            resolved.append(name)
+        return resolved
+
+    def _step(self, name: str) -> BaseStep:
+        if name not in self._steps:
+            raise ValueError(f"step '{name}' is not in the flow, steps: {list(self._steps)}")
+        return self._steps[name]
+
+    def find_router(self, name: str | None = None) -> RouterStep:
+        """The flow's router: the one there is, or the one named (``router_step=``)."""
+        if name is not None:
+            step = self._step(name)
+            if not isinstance(step, RouterStep):
+                raise ValueError(f"step '{name}' is not a router")
+            return step
+        routers = [step for step in self._steps.values() if isinstance(step, RouterStep)]
+        if not routers:
+            raise ValueError("the flow has no router: add one with graph.to('*', name='router')")
+        if len(routers) > 1:
+            names = [router.name for router in routers]
+            raise ValueError(f"the flow has several routers {names}: name one with router_step=")
+        return routers[0]
+
+    def plot(
+        self,
+        filename: str | None = None,
+        format: str | None = None,
+        source: str | None = None,
+        targets: list[str] | None = None,
+        **kw: Any,
+    ) -> Any:
+        """Draw the graph with graphviz (to ``filename`` when given); returns the Digraph."""
+        from mlserve.graph.plot import plot_graph
+
+        return plot_graph(self, filename, format, source, targets, **kw)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """Show the graph as a picture in Jupyter."""
+        return self.plot()._repr_mimebundle_(include, exclude)  # type: ignore[no-any-return]
+
+    # ---- runtime ---------------------------------------------------------------------
+
+    def _local_steps(self, context: GraphContext) -> dict[str, BaseStep]:
+        """The steps this server runs (a nested flow runs all of its own)."""
+        return dict(self._steps)
+
+    def init_object(
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        mode: str = "sync",
+        **kwargs: Any,
+    ) -> None:
+        self.context = context
+        self._local = self._local_steps(context)
+        if not self._local:
+            raise ValueError(f"no steps of the flow run in function '{context.current_function}'")
+        for step in self._local.values():
+            step.init_object(context, namespace, mode)
+        self._wire()
+        if self.engine != "async":
+            self._check_one_path()
+
+    def _wire(self) -> None:
+        """Index the local steps: next steps, start steps, the responder."""
+        self._next = {key: [] for key in self._local}
+        self._starts = []
+        for key, step in self._local.items():
+            if isinstance(step, ErrorStep):
+                self._check_names(step.before, f"error handler '{key}' goes on before")
+                continue
+            self._check_names(step.after, f"step '{key}' comes after")
+            ups = [name for name in step.after if name in self._local]
+            for name in ups:
+                self._next[name].append(key)
+            if not ups:
+                self._starts.append(key)
+            handler = self.error_handler_of(key)
+            if handler is not None and handler not in self._local:
+                raise ValueError(
+                    f"step '{key}' has error handler '{handler}', which is not in this function"
+                )
+        responders = [key for key, step in self._local.items() if getattr(step, "responder", False)]
+        if len(responders) > 1:
+            raise ValueError(f"only one step may respond(), got {responders}")
+        self._responder = responders[0] if responders else None
+        steps = [key for key, step in self._local.items() if not isinstance(step, ErrorStep)]
+        _check_acyclic(self._starts, self._next, steps)
+
+    def _check_names(self, names: list[str], what: str) -> None:
+        for name in names:
+            if name not in self._steps:
+                raise ValueError(f"{what} '{name}', which is not in the flow")
+
+    def _check_one_path(self) -> None:
+        if len(self._starts) > 1 or any(len(nexts) > 1 for nexts in self._next.values()):
+            raise ValueError(
+                "the sync engine runs one path of steps; use engine='async' for branches"
+            )
+
+    def error_handler_of(self, key: str) -> str | None:
+        """The handler of step ``key``'s failures: its own, else the graph's."""
+        return getattr(self._steps[key], "on_error", None) or self.on_error
+
+    def run(self, event: Event) -> Event:
+        """Run the path of steps; the responder's result (else the last step's) is the answer."""
+        key = self._starts[0] if self._starts else None
+        answer: Event | None = None
+        while key is not None:
+            step = self._local[key]
+            try:
+                event = step.run(event)
+            except Exception as exc:
+                event, key = self._recover(step, event, exc)
+                continue
+            if event.terminated:
+                return event
+            nexts = self._next[key]
+            if key == self._responder and nexts:
+                answer, event = event, snapshot(event)
+            key = nexts[0] if nexts else None
+        return answer if answer is not None else event
+
+    def _recover(self, step: BaseStep, event: Event, exc: Exception) -> tuple[Event, str | None]:
+        """Run the failed step's error handler: ``(its event, the step to go on with)``."""
+        handler_name = self.error_handler_of(step.name or "")
+        if handler_name is None:
+            raise exc
+        logger.warning(
+            "step %s failed (%s: %s), handled by %s",
+            step.name,
+            type(exc).__name__,
+            exc,
+            handler_name,
+        )
+        mark_error(event, step, exc)
+        handler = self._local[handler_name]
+        event = handler.run(event)
+        before = getattr(handler, "before", None)
+        return event, (before[0] if before else None)
+
+    async def run_async(self, event: Event) -> Event:
+        return await run_in_threadpool(self.run, event)
+
+    def iter_models(self) -> Iterator[Any]:
+        for step in self._local.values():
+            yield from step.iter_models()
+
+    def wait_for_completion(self) -> None:
+        """Close what the steps hold open (queue producers)."""
+        for step in self._local.values():
+            close = getattr(step, "close", None) or getattr(step, "wait_for_completion", None)
+            if close is not None:
+                close()
+
+
+def _check_acyclic(starts: list[str], nexts: dict[str, list[str]], steps: list[str]) -> None:
+    """No path of steps comes back on itself (Kahn's walk reaches every step)."""
+    indegree = dict.fromkeys(steps, 0)
+    for key in steps:
+        for target in nexts[key]:
+            indegree[target] += 1
+    ready, seen = list(starts), 0
+    while ready:
+        key = ready.pop()
+        seen += 1
+        for target in nexts[key]:
+            indegree[target] -= 1
+            if indegree[target] == 0:
+                ready.append(target)
+    if seen < len(steps):
+        cyclic = sorted(key for key, degree in indegree.items() if degree > 0)
+        raise ValueError(f"the flow has a cycle through {cyclic}")
+
+
+@step_kinds.register
+class RootFlowStep(FlowStep):
+    """The root of a flow topology: ``fn.set_topology("flow", engine=...)``."""
+
+    kind = "root"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        after: list[str] | None = None,
+        steps: dict[str, BaseStep] | None = None,
+        engine: str | None = "sync",
+    ) -> None:
+        super().__init__(name, after, steps, engine or "sync")
+        self._engine: Any = None
+
+    def _local_steps(self, context: GraphContext) -> dict[str, BaseStep]:
+        """All steps for the root function (``"*"``), else those of the current child function."""
+        current = context.current_function
+        if current in (None, "", "*"):
+            return dict(self._steps)
+        return {key: step for key, step in self._steps.items() if step.function in (current, "*")}
+
+    def init_object(
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        mode: str = "sync",
+        **kwargs: Any,
+    ) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine '{self.engine}', use one of {ENGINES}")
+        super().init_object(context, namespace, mode)
+        if self.engine == "async":
+            from mlserve.graph.storey_engine import StoreyEngine
+
+            self._engine = StoreyEngine(self)
+
+    async def run_async(self, event: Event) -> Event:
+        if self._engine is not None:
+            return await self._engine.run_async(event)  # type: ignore[no-any-return]
+        return await run_in_threadpool(self.run, event)
+
+    def wait_for_completion(self) -> None:
+        """Finish the async flow (terminate storey and await it), then close the steps."""
+        if self._engine is not None:
+            self._engine.stop()
+        super().wait_for_completion()

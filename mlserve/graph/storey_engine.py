@@ -1,0 +1,136 @@
+"""The async engine: a flow's steps as a storey graph on the server's event loop.
+
+Each step is a storey ``FlatMap`` that carries the mlserve ``Event`` as its
+body. A step never lets an exception reach storey (that would end the whole
+flow): a failure goes to the step's error handler (a storey outlet chosen by
+``fn_select_outlets``) or fails that one request. The request waits on a
+future of its own that the responder (or the error handler, or a failure)
+resolves; a flow without a responder answers ``{"id": ...}`` once the event
+is accepted, as mlrun does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import storey
+
+from mlserve.graph.flow import ErrorStep, RootFlowStep, mark_error, snapshot
+from mlserve.graph.steps import BaseStep
+from mlserve.server.events import Event
+
+__all__ = ["StoreyEngine"]
+
+logger = logging.getLogger("mlserve.graph")
+
+STOP_TIMEOUT_SECONDS = 60.0
+
+
+class StoreyEngine:
+    """Runs one ``RootFlowStep`` on storey; started on the first event's loop."""
+
+    def __init__(self, flow: RootFlowStep) -> None:
+        self.flow = flow
+        self._controller: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: dict[int, asyncio.Future[Event]] = {}
+        self._tokens = itertools.count()
+
+    def _start(self) -> None:
+        nodes = {key: self._node(key, step) for key, step in self.flow._local.items()}
+        for key, node in nodes.items():
+            step = self.flow._local[key]
+            targets = (
+                list(step.before) if isinstance(step, ErrorStep) else list(self.flow._next[key])
+            )
+            handler = None if isinstance(step, ErrorStep) else self.flow.error_handler_of(key)
+            for target in targets + ([handler] if handler else []):
+                node.to(nodes[target])
+        source = storey.AsyncEmitSource(name="$source")
+        for key in self.flow._starts:
+            source.to(nodes[key])
+        self._loop = asyncio.get_running_loop()
+        self._controller = source.run()
+
+    def _node(self, key: str, step: BaseStep) -> storey.FlatMap:
+        handler = None if isinstance(step, ErrorStep) else self.flow.error_handler_of(key)
+        has_next = bool(step.before if isinstance(step, ErrorStep) else self.flow._next[key])
+
+        async def do(item: storey.Event) -> list[storey.Event]:
+            return await self._do(key, step, item, has_next, handler)
+
+        def select(event: Event) -> list[str]:
+            if event.origin_state == key and event.error:
+                return [handler or ""]
+            return list(self.flow._next[key])
+
+        return storey.FlatMap(
+            do, full_event=True, name=key, fn_select_outlets=select if handler else None
+        )
+
+    async def _do(
+        self, key: str, step: BaseStep, item: storey.Event, has_next: bool, handler: str | None
+    ) -> list[storey.Event]:
+        event: Event = item.body
+        try:
+            event = await step.run_async(event)
+        except Exception as exc:
+            if handler is not None:
+                mark_error(event, step, exc)
+                item.body = event
+                return [item]
+            self._fail(item.id, key, exc)
+            return []
+        item.body = event
+        is_error = isinstance(step, ErrorStep)
+        goes_on = has_next and not event.terminated
+        if event.terminated or key == self.flow._responder or (is_error and not has_next):
+            self._answer(item.id, snapshot(event) if goes_on else event)
+        return [item] if goes_on else []
+
+    def _answer(self, token: int, event: Event) -> None:
+        future = self._pending.pop(token, None)
+        if future is not None and not future.done():
+            future.set_result(event)
+
+    def _fail(self, token: int, key: str, exc: Exception) -> None:
+        future = self._pending.pop(token, None)
+        if future is not None and not future.done():
+            future.set_exception(exc)
+        else:
+            logger.error("step %s failed: %s: %s", key, type(exc).__name__, exc)
+
+    async def run_async(self, event: Event) -> Event:
+        """Emit the event; await the responder's result (or ``{"id"}`` without one)."""
+        if self._controller is None:
+            self._start()
+        elif asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError("an async flow runs on the event loop it started on")
+        token = next(self._tokens)
+        future: asyncio.Future[Event] | None = None
+        if self.flow._responder is not None:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[token] = future
+        await self._controller.emit(storey.Event(body=event, id=token))
+        if future is None:
+            return Event(body={"id": event.id}, event_id=event.id, path=event.path)
+        return await future
+
+    def stop(self) -> None:
+        """Terminate the storey flow and wait for it to finish its events."""
+        controller, self._controller = self._controller, None
+        loop = self._loop
+        if controller is None or loop is None or loop.is_closed():
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:  # called from the flow's own loop: it cannot block on itself
+            loop.create_task(controller.terminate(wait=True))
+            return
+        done = asyncio.run_coroutine_threadsafe(controller.terminate(wait=True), loop)
+        done.result(STOP_TIMEOUT_SECONDS)

@@ -1,0 +1,121 @@
+"""How a task step calls its code: a model or class with ``do_event``, a
+class's ``do``/handler method, a function, a dotted name, or an expression.
+
+The sync and async callers of a step are chosen once, when the step is built,
+so no call site asks again whether user code is a coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from mlserve.protocol.paths import get_path, set_path
+from mlserve.server.aio import run_in_threadpool
+from mlserve.server.events import Event
+
+__all__ = ["StepCalls", "resolve_handler", "step_calls"]
+
+SyncCall = Callable[[Event], Event]
+AsyncCall = Callable[[Event], Awaitable[Event]]
+StepCalls = tuple[SyncCall, AsyncCall]
+
+
+def resolve_handler(
+    handler: str | Callable[..., Any], namespace: dict[str, Any] | None
+) -> Callable[..., Any]:
+    """A callable from a handler: itself, an expression ``"(event + 1)"`` (with
+    ``event`` bound to the body), a name in the namespace, or a dotted import."""
+    if callable(handler):
+        return handler
+    text = handler.strip()
+    if text.startswith("("):
+        if not text.endswith(")"):
+            raise ValueError(f"a handler expression must start with '(' and end with ')': {text}")
+        return eval(f"lambda event: {text[1:-1]}", {}, {})  # type: ignore[no-any-return]  # noqa: S307 - the user's graph
+    from mlserve.graph.steps import resolve_class
+
+    found = resolve_class(text, namespace)
+    if not callable(found):
+        raise ValueError(f"handler '{text}' is not callable")
+    return found  # type: ignore[no-any-return]
+
+
+def step_calls(step: Any, obj: Any, namespace: dict[str, Any] | None, context: Any) -> StepCalls:
+    """``(sync call, async call)`` of a task step whose live object is ``obj``."""
+    if obj is not None and not step.handler and hasattr(obj, "do_event"):
+        async_call = (
+            obj.do_event_async
+            if hasattr(obj, "do_event_async")
+            else partial(run_in_threadpool, obj.do_event)
+        )
+        return obj.do_event, async_call
+    fn = _function_of(step, obj, namespace)
+    if _takes_context(fn):
+        fn = partial(fn, context=context)
+    body_call = BodyCall(fn, bool(step.full_event), step.input_path, step.result_path)
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)):
+        return body_call.run_blocking, body_call.run_async
+    return body_call.run, partial(run_in_threadpool, body_call.run)
+
+
+def _function_of(step: Any, obj: Any, namespace: dict[str, Any] | None) -> Callable[..., Any]:
+    if obj is not None:
+        fn = getattr(obj, step.handler or "do", None)
+        if fn is None:
+            raise ValueError(
+                f"step '{step.name}': {type(obj).__name__} has no do_event(), do() or "
+                f"'{step.handler}' method"
+            )
+        return fn  # type: ignore[no-any-return]
+    if step.handler:
+        return resolve_handler(step.handler, namespace)
+    raise ValueError(f"step '{step.name}' needs a class_name or a handler")
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    try:
+        return "context" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class BodyCall:
+    """Calls a function with the body (or ``input_path`` of it, or the whole
+    event with ``full_event``) and writes its result back (``result_path``)."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        full_event: bool,
+        input_path: str | None,
+        result_path: str | None,
+    ) -> None:
+        self.fn = fn
+        self.full_event = full_event
+        self.input_path = input_path
+        self.result_path = result_path
+
+    def _argument(self, event: Event) -> Any:
+        return event if self.full_event else get_path(event.body, self.input_path)
+
+    def _merge(self, event: Event, result: Any) -> Event:
+        if isinstance(result, Event):
+            return result
+        if self.full_event and result is None:  # the handler changed the event in place
+            return event
+        event.body = set_path(event.body, self.result_path, result)
+        return event
+
+    def run(self, event: Event) -> Event:
+        return self._merge(event, self.fn(self._argument(event)))
+
+    async def run_async(self, event: Event) -> Event:
+        return self._merge(event, await self.fn(self._argument(event)))
+
+    def run_blocking(self, event: Event) -> Event:
+        """A coroutine handler called from the sync engine (a worker thread, no loop)."""
+        return asyncio.run(self.run_async(event))
