@@ -48,6 +48,12 @@ def serve(args: argparse.Namespace) -> None:
                 loop="uvloop", http="httptools", access_log=False)
 
 
+def list_endpoints(args: argparse.Namespace) -> None:
+    from mlserve.monitoring.api import list_endpoints as table
+
+    print(table(args.store, args.project))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="mlserve", description="Serve models as serverless functions.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -56,6 +62,13 @@ def main(argv: list[str] | None = None) -> None:
     serve_cmd.add_argument("--host", default="127.0.0.1")
     serve_cmd.add_argument("--port", type=int, default=8080)
     serve_cmd.set_defaults(handler=serve)
+    endpoints_cmd = commands.add_parser("endpoints", help="model endpoint records (S9)")
+    endpoints_list = endpoints_cmd.add_subparsers(dest="action", required=True).add_parser(
+        "list", help="print the endpoint records as a table")
+    endpoints_list.add_argument("--store", help="SQLAlchemy URL (default: MLSERVE_ENDPOINT_STORE or "
+                                                "./mlserve-data/endpoints.db)")
+    endpoints_list.add_argument("--project", help="only this project's endpoints")
+    endpoints_list.set_defaults(handler=list_endpoints)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.handler(args)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mlserve.context import GraphContext
+from mlserve.monitoring.recorder import model_recorder
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
 from mlserve.protocol.forms import (
     InferenceRequest,
@@ -166,6 +167,7 @@ class V2ModelServer:
             self._loaded.set()
             return
         self.load_seconds = time.perf_counter() - started
+        model_recorder(self.name, self.version).loaded(self.load_seconds)
         self._mark_ready()
 
     def _mark_ready(self) -> None:
@@ -329,9 +331,11 @@ class V2ModelServer:
             outputs = await runner.user(hook, request)
             response = self.postprocess(self._envelope(request, outputs, event_id, start, op))
         except Exception as exc:
+            model_recorder(self.name, self.version).error(op)
             if self.model_logger is not None:
                 self.model_logger.push_error(self, start, request, op, exc)
             raise
+        model_recorder(self.name, self.version).ok(op, time.perf_counter() - clock)
         if self.model_logger is not None:
             self._log(start, clock, request, response, op)
         return response
