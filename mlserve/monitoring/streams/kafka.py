@@ -32,6 +32,7 @@ class KafkaStream:
             "linger_ms": 5,
             "max_block_ms": 5000,
             "request_timeout_ms": 5000,
+            "delivery_timeout_ms": 10000,
             "retries": 2,
             "max_in_flight_requests_per_connection": 1,
             **producer_args,
