@@ -117,7 +117,8 @@ def _registry(server: Any, url: str) -> EndpointRegistry:
     from mlserve.monitoring.api import endpoints_handler
     from mlserve.monitoring.stores import default_store_url, open_store
 
-    registry = EndpointRegistry(open_store(default_store_url(server.parameters)))
+    flush_every = float(server.parameters.get("endpoint_flush_seconds", 5.0))
+    registry = EndpointRegistry(open_store(default_store_url(server.parameters)), flush_every)
     try:
         _register_all(server, registry, url)
     except Exception:  # a store that is down must not stop the models from serving
