@@ -29,8 +29,9 @@ def store_url(request: pytest.FixtureRequest, data_dir: Path) -> Iterator[str]:
         yield request.getfixturevalue("postgres").url
 
 
-def make_function(project: str, store_url: str, model_path: str = "/models/a",
-                  tag: str = "") -> Any:
+def make_function(
+    project: str, store_url: str, model_path: str = "/models/a", tag: str = ""
+) -> Any:
     fn = mlserve.new_function("fn", project=project, tag=tag)
     fn.add_model("m1", class_name=SumModel, model_path=model_path, labels={"team": "x"})
     fn.add_model("m2:v1", class_name=SumModel)
@@ -38,7 +39,6 @@ def make_function(project: str, store_url: str, model_path: str = "/models/a",
     fn.spec.parameters.update(endpoint_store_url=store_url, endpoint_flush_seconds=600)
     fn.set_tracking("dummy://" + project)
     return fn
-
 
 
 def start(fn: Any) -> Any:
@@ -67,9 +67,15 @@ def test_models_are_registered_once_at_start(store_url: str) -> None:
     assert endpoints["m2:v1"].metadata.uid == endpoint_uid(project, "fn", "", "m2", "v1")
     assert m1.metadata.labels == {"team": "x"}
     assert (m1.spec.function_uri, m1.spec.model_class, m1.spec.model_uri) == (
-        f"{project}/fn", "SumModel", "/models/a")
+        f"{project}/fn",
+        "SumModel",
+        "/models/a",
+    )
     assert (m1.spec.stream_path, m1.spec.monitoring_mode, m1.spec.active) == (
-        f"dummy://{project}", "enabled", True)
+        f"dummy://{project}",
+        "enabled",
+        True,
+    )
     assert m1.status.endpoint_type == 1 and m1.status.first_request is None
     store.close()
 
@@ -141,8 +147,10 @@ def test_an_ensemble_is_a_router_with_leaf_children(store_url: str) -> None:
     router = endpoints["vote:latest"]
     assert router.status.endpoint_type == 2 and router.spec.model_class == "Ensemble"
     assert router.status.children == ["a", "b"]
-    assert router.status.children_uids == [endpoints["a:latest"].metadata.uid,
-                                           endpoints["b:latest"].metadata.uid]
+    assert router.status.children_uids == [
+        endpoints["a:latest"].metadata.uid,
+        endpoints["b:latest"].metadata.uid,
+    ]
     assert {endpoints[k].status.endpoint_type for k in ("a:latest", "b:latest")} == {3}
     store.close()
 
@@ -189,9 +197,22 @@ def test_cli_prints_a_table(store_url: str) -> None:
     server.test("/v2/models/m1/infer", ROWS)
     server.wait_for_completion()
     out = subprocess.run(
-        [sys.executable, "-m", "mlserve", "endpoints", "list", "--store", store_url,
-         "--project", project],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "mlserve",
+            "endpoints",
+            "list",
+            "--store",
+            store_url,
+            "--project",
+            project,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout.splitlines()
     assert out[0].split()[:4] == ["PROJECT", "MODEL", "TYPE", "FUNCTION"]
     rows = {line.split()[1]: line.split() for line in out[1:]}

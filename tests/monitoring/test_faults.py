@@ -11,8 +11,12 @@ from tests.monitoring.test_streams import consume_kafka
 from tests.services import free_port, start_kafka
 
 # Fail fast while the broker is away, so retries come quickly.
-FAST = {"max_block_ms": 500, "request_timeout_ms": 1000, "delivery_timeout_ms": 1500,
-        "bootstrap_timeout_ms": 500}
+FAST = {
+    "max_block_ms": 500,
+    "request_timeout_ms": 1000,
+    "delivery_timeout_ms": 1500,
+    "bootstrap_timeout_ms": 500,
+}
 
 
 def pusher_of(server: Any) -> Any:
@@ -67,8 +71,9 @@ def test_broker_dies_under_load_and_records_arrive_at_least_once(make_server: An
 
 def test_past_the_bound_the_oldest_records_are_dropped_and_counted(make_server: Any) -> None:
     port, topic = free_port(), unique("logs")
-    server = make_server(f"kafka://127.0.0.1:{port}?topic={topic}",
-                         stream_args={**FAST, "max_queue": 5})
+    server = make_server(
+        f"kafka://127.0.0.1:{port}?topic={topic}", stream_args={**FAST, "max_queue": 5}
+    )
     send(server, range(30))  # every request answered while the stream is down
     pusher = pusher_of(server)
     wait_for(lambda: pusher.dropped + len(pusher._pending) + len(pusher._inbox) == 30)

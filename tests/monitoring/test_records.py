@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -180,9 +181,7 @@ class LoggingEnsemble(BaseModelRouter):
     """A router that logs its own record, as an ensemble does."""
 
     async def route_event(self, event: Any, path: str, run: Any) -> Any:
-        from datetime import datetime, timezone
-
-        start = datetime.now(timezone.utc)
+        start = datetime.now(UTC)
         body = event.body
         outputs = []
         for route in self.routes.values():

@@ -37,8 +37,10 @@ def test_the_registry_rejects_a_duplicate_scheme() -> None:
 
 
 def test_file_url_and_plain_path_write_json_lines(tmp_path: Path, make_server: Any) -> None:
-    for url, path in ((f"file://{tmp_path}/a.jsonl", tmp_path / "a.jsonl"),
-                      (str(tmp_path / "sub" / "b.jsonl"), tmp_path / "sub" / "b.jsonl")):
+    for url, path in (
+        (f"file://{tmp_path}/a.jsonl", tmp_path / "a.jsonl"),
+        (str(tmp_path / "sub" / "b.jsonl"), tmp_path / "sub" / "b.jsonl"),
+    ):
         server = make_server(url)
         send(server, 3)
         server.wait_for_completion()
@@ -65,8 +67,13 @@ def test_log_stream_parameter_sets_the_stream(tmp_path: Path, make_server: Any) 
 def consume_kafka(url: str, topic: str, expected: int) -> list[Any]:
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=url, auto_offset_reset="earliest",
-                             consumer_timeout_ms=4000, group_id=None)
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=url,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=4000,
+        group_id=None,
+    )
     messages: list[Any] = []
     try:
         for message in consumer:
@@ -101,8 +108,9 @@ def test_redis_stream_gets_every_record_in_order(redis_server: Any, make_server:
     import redis
 
     stream = unique("logs")
-    server = make_server(f"{redis_server.url}/0?stream={stream}", batch=2,
-                         stream_args={"flush_after": 60})
+    server = make_server(
+        f"{redis_server.url}/0?stream={stream}", batch=2, stream_args={"flush_after": 60}
+    )
     send(server, 5)
     server.wait_for_completion()
     client = redis.Redis.from_url(redis_server.url)
