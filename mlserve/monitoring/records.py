@@ -9,7 +9,6 @@ lists in order. Any numpy left elsewhere is written by ``dumps``.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -33,10 +32,12 @@ HOST = socket.gethostname()
 
 def plain_tensors(value: Any) -> Any:
     """Inputs or outputs as plain lists: ndarrays, ``{name: ndarray}`` and V2 tensor objects."""
+    if type(value) is list and not (value and type(value[0]) is dict):
+        return value  # rows: the common case, kept cheap
     if isinstance(value, np.ndarray):
         return value.tolist()
     if (
-        isinstance(value, Mapping)
+        isinstance(value, dict)
         and value
         and all(isinstance(v, np.ndarray) for v in value.values())
     ):
@@ -59,13 +60,13 @@ def when(start: datetime) -> str:
 
 
 def _plain_request(request: Any) -> Any:
-    if isinstance(request, Mapping) and "inputs" in request:
+    if isinstance(request, dict) and "inputs" in request:
         return {**request, "inputs": plain_tensors(request["inputs"])}
     return request
 
 
 def _plain_response(response: Any) -> Any:
-    if isinstance(response, Mapping) and "outputs" in response:
+    if isinstance(response, dict) and "outputs" in response:
         return {**response, "outputs": plain_tensors(response["outputs"])}
     return response
 
@@ -77,8 +78,13 @@ class ModelFields:
         self.model = model
         self.worker = worker
         self.function_uri = function_uri
+        self._base = self._fields()
 
     def base(self) -> dict[str, Any]:
+        """A fresh copy of the fields (computed once per model)."""
+        return self._base.copy()
+
+    def _fields(self) -> dict[str, Any]:
         model = self.model
         record: dict[str, Any] = {
             "class": type(model).__name__,
