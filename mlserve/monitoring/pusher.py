@@ -37,7 +37,8 @@ logger = logging.getLogger("mlserve.monitoring")
 
 IDLE_WAKE_SECONDS = 0.05
 MAX_RETRY_PAUSE = 2.0
-MAX_PUSH = 500  # records per push to the target
+MAX_PUSH = 100  # records per push to the target
+YIELD_EVERY = 16
 
 
 class _Batch:
@@ -202,7 +203,11 @@ class StreamPusher:
                 return
 
     def _drain(self) -> None:
+        done = 0
         while self._inbox:
+            done += 1
+            if done % YIELD_EVERY == 0:
+                time.sleep(0)  # hand the GIL to the request threads between short bursts
             item = self._inbox.popleft()
             try:
                 self._accept(item)
