@@ -112,6 +112,12 @@ def _serve_parser(commands: Any) -> None:
     cmd.set_defaults(handler=serve)
 
 
+def list_endpoints(args: argparse.Namespace) -> None:
+    from mlserve.monitoring.api import list_endpoints as table
+
+    print(table(args.store, args.project))
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
@@ -119,6 +125,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
+    endpoints_cmd = commands.add_parser("endpoints", help="model endpoint records (S9)")
+    endpoints_list = endpoints_cmd.add_subparsers(dest="action", required=True).add_parser(
+        "list", help="print the endpoint records as a table")
+    endpoints_list.add_argument("--store", help="SQLAlchemy URL (default: MLSERVE_ENDPOINT_STORE or "
+                                                "./mlserve-data/endpoints.db)")
+    endpoints_list.add_argument("--project", help="only this project's endpoints")
+    endpoints_list.set_defaults(handler=list_endpoints)
     args = parser.parse_args(argv)
     args.argv = argv
     logging.basicConfig(

@@ -181,7 +181,8 @@ class ServingFunction:
     ) -> None:
         """Log every prediction to a stream and register the models as endpoints (S8, S9)."""
         self.spec.track_models = enable_tracking
-        tracking = {"stream_path": stream_path, "batch": batch, "sample": sample, "stream_args": stream_args}
+        tracking = {"enable_tracking": enable_tracking, "stream_path": stream_path, "batch": batch,
+                    "sample": sample, "stream_args": stream_args}
         self.spec.tracking = {key: value for key, value in tracking.items() if value is not None}
 
     def add_child_function(self, name: str, url: str | None = None, image: str | None = None,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mlserve.context import GraphContext
+from mlserve.monitoring.recorder import model_recorder
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
 from mlserve.protocol.forms import (
     InferenceRequest,
@@ -168,6 +169,7 @@ class V2ModelServer:
             self._loaded.set()
             return
         self.load_seconds = time.perf_counter() - started
+        model_recorder(self.name, self.version).loaded(self.load_seconds)
         self._mark_ready()
 
     def _mark_ready(self) -> None:
@@ -320,7 +322,6 @@ class V2ModelServer:
     async def _infer(self, event: Event, body: Any, op: str, event_id: Any, runner: Any) -> Any:
         await self._wait_ready(event, runner)
         start = datetime.now(timezone.utc)
-        clock = time.perf_counter()
         if not isinstance(body, dict):
             raise InvalidInput(f"the request body must be a JSON object, got {type(body).__name__}")
         request: Any = body
@@ -334,13 +335,17 @@ class V2ModelServer:
             self.stats.record_execution(1, time.perf_counter_ns() - hook_ns)
             response = self.postprocess(self._envelope(request, outputs, event_id, start, op))
         except Exception as exc:
-            self.stats.record_inference(False, time.perf_counter_ns() - started_ns)
+            elapsed_ns = time.perf_counter_ns() - started_ns
+            self.stats.record_inference(False, elapsed_ns)
+            model_recorder(self.name, self.version).error(op)
             if self.model_logger is not None:
                 self.model_logger.push_error(self, start, request, op, exc)
             raise
-        self.stats.record_inference(True, time.perf_counter_ns() - started_ns)
+        elapsed_ns = time.perf_counter_ns() - started_ns
+        self.stats.record_inference(True, elapsed_ns)
+        model_recorder(self.name, self.version).ok(op, elapsed_ns / 1e9)
         if self.model_logger is not None:
-            self._log(start, clock, request, response, op)
+            self._log(start, elapsed_ns // 1000, request, response, op)
         return response
 
     def _validated(self, request: Any, op: str) -> Any:
@@ -365,8 +370,7 @@ class V2ModelServer:
                 response["timestamp"] = start.isoformat(sep=" ", timespec="microseconds")
         return response
 
-    def _log(self, start: datetime, clock: float, request: Any, response: Any, op: str) -> None:
-        microsec = int((time.perf_counter() - clock) * 1_000_000)
+    def _log(self, start: datetime, microsec: int, request: Any, response: Any, op: str) -> None:
         inputs, outputs = self.logged_results(request, response, op)
         if inputs is not None or outputs is not None:
             request = {"id": request.get("id"), "inputs": inputs or []}

@@ -112,6 +112,10 @@ class GraphServer:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
         self.graph.init_object(self.context, namespace or getattr(self, "namespace", {}), self.load_mode)
         install_extensions(self)
+        if self.track_models or self.tracking.get("enable_tracking"):
+            from mlserve.monitoring import setup
+
+            setup(self)  # the model-log stream and endpoint records (S8, S9)
 
     def iter_models(self) -> Any:
         return self.graph.iter_models() if self.graph is not None else iter(())

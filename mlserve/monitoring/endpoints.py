@@ -1,0 +1,179 @@
+"""Model endpoint records of S9, and the registry that keeps them.
+
+Each model (and each ensemble, as a router whose children are leaves) of a
+tracked function is registered once at start. Requests only bump in-memory
+counters; the registry writes them to its store every ``flush_every``
+seconds and at shutdown, so a request never waits for a database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from enum import IntEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "EndpointMetadata",
+    "EndpointRegistry",
+    "EndpointSpec",
+    "EndpointStatus",
+    "EndpointType",
+    "ModelEndpoint",
+    "RequestCounts",
+    "endpoint_uid",
+]
+
+logger = logging.getLogger("mlserve.monitoring")
+
+
+class EndpointType(IntEnum):
+    NODE = 1
+    ROUTER = 2
+    LEAF = 3
+
+
+def endpoint_uid(project: str, function: str, tag: str, model: str, version: str) -> str:
+    """The same function and model give the same uid, on every restart and replica."""
+    key = f"{project}_{function}_{tag or 'N/A'}_{model}_{version or 'N/A'}"
+    return hashlib.sha1(key.encode()).hexdigest()
+
+
+class EndpointMetadata(BaseModel):
+    project: str
+    uid: str
+    labels: dict[str, Any] = Field(default_factory=dict)
+
+
+class EndpointSpec(BaseModel):
+    function_uri: str
+    model: str
+    """``name:version``; an unversioned model is ``name:latest``."""
+    model_class: str = ""
+    model_uri: str = ""
+    stream_path: str = ""
+    active: bool = True
+    monitoring_mode: str = "enabled"
+    """``enabled`` when the model-log stream is on, else ``disabled``."""
+
+
+class EndpointStatus(BaseModel):
+    endpoint_type: EndpointType = EndpointType.NODE
+    children: list[str] = Field(default_factory=list)
+    children_uids: list[str] = Field(default_factory=list)
+    first_request: datetime | None = None
+    last_request: datetime | None = None
+    error_count: int = 0
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    """``{"requests": n}``: calls counted so far."""
+
+
+class ModelEndpoint(BaseModel):
+    metadata: EndpointMetadata
+    spec: EndpointSpec
+    status: EndpointStatus = Field(default_factory=EndpointStatus)
+
+
+@dataclass
+class RequestCounts:
+    """Calls of one endpoint not yet written to the store."""
+
+    first: datetime
+    last: datetime
+    requests: int = 0
+    errors: int = 0
+
+    def merge(self, other: RequestCounts) -> None:
+        self.first = min(self.first, other.first)
+        self.last = max(self.last, other.last)
+        self.requests += other.requests
+        self.errors += other.errors
+
+
+class EndpointRegistry:
+    """Endpoint records in a store (see :mod:`mlserve.monitoring.stores`)."""
+
+    def __init__(self, store: Any, flush_every: float = 5.0) -> None:
+        self.store = store
+        self.flush_every = flush_every
+        self._counts: dict[str, RequestCounts] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def register(self, endpoint: ModelEndpoint) -> None:
+        """Create the record, or update its spec; request counters are kept."""
+        self.store.upsert(endpoint)
+
+    def count(self, uid: str, when: datetime, error: bool = False) -> None:
+        """Count one call (in memory)."""
+        with self._lock:
+            counts = self._counts.get(uid)
+            if counts is None:
+                counts = self._counts[uid] = RequestCounts(when, when)
+                if self._thread is None:
+                    self._start_flusher()
+            counts.first = min(counts.first, when)
+            counts.last = max(counts.last, when)
+            counts.requests += 1
+            counts.errors += error
+
+    def _start_flusher(self) -> None:
+        self._thread = threading.Thread(
+            target=self._flush_loop, daemon=True, name="mlserve-endpoints"
+        )
+        self._thread.start()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_every):
+            try:
+                self.flush()
+            except Exception:
+                logger.exception(
+                    "endpoint records: writing request counters failed; kept for later"
+                )
+
+    def flush(self) -> None:
+        """Write the counters gathered since the last flush."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        for uid in list(counts):
+            try:
+                self.store.add_counts(uid, counts[uid])
+            except Exception:
+                self._restore(counts)
+                raise
+            del counts[uid]
+
+    def _restore(self, counts: dict[str, RequestCounts]) -> None:
+        with self._lock:
+            for uid, pending in counts.items():
+                current = self._counts.get(uid)
+                if current is None:
+                    self._counts[uid] = pending
+                else:
+                    current.merge(pending)
+
+    def list(self, project: str | None = None) -> list[ModelEndpoint]:
+        return self.store.list(project)  # type: ignore[no-any-return]
+
+    def get(self, uid: str) -> ModelEndpoint | None:
+        return self.store.get(uid)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Stop the flusher and write what is left (at server shutdown)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.flush_every + 5)
+        with self._lock:  # a later count() starts the flusher again
+            self._thread = None
+            self._stop = threading.Event()
+        try:
+            self.flush()
+        finally:
+            self.store.close()

@@ -1,0 +1,290 @@
+"""``StreamPusher``: model-log records to a stream target, never in a request's way (S8).
+
+A request thread only counts (sampling) and appends the call to a bounded
+inbox. One background sender turns calls into records (plain JSON, batched
+per model when ``batch > 1``), and pushes them to the target. When the target
+fails, the records stay pending and are retried with a growing pause; past
+``max_queue`` pending records the oldest are dropped. Sent, failed (records in
+failed sends, each retry counted) and dropped records are counted on the
+pusher and as Prometheus metrics.
+
+Any step with a ``name`` can log through the pusher, an ensemble included::
+
+    # in the ensemble's do_event, after computing its response:
+    if self.model_logger is not None:
+        self.model_logger.push(self, start, request, response, op, microsec, metrics)
+
+``setup()`` sets ``model_logger`` on every model and on every ensemble router.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+import traceback
+from datetime import datetime
+from typing import Any
+
+from mlserve.monitoring import records as rec
+from mlserve.monitoring.streams import StreamTarget
+
+__all__ = ["StreamPusher"]
+
+logger = logging.getLogger("mlserve.monitoring")
+
+IDLE_WAKE_SECONDS = 0.05
+MAX_RETRY_PAUSE = 2.0
+MAX_PUSH = 100  # records per push to the target
+YIELD_EVERY = 16
+
+
+class _Batch:
+    """The rows gathered for one model, and when its first row came."""
+
+    def __init__(self, fields: rec.ModelFields) -> None:
+        self.fields = fields
+        self.rows: list[list[Any]] = []
+        self.since = time.monotonic()
+
+    def record(self) -> dict[str, Any]:
+        record = self.fields.base()
+        record["headers"] = list(rec.BATCH_HEADERS)
+        record["values"] = self.rows
+        return record
+
+
+class StreamPusher:
+    """Logs model calls to ``target`` from a background thread.
+
+    ``sample``: log every ``sample``-th successful call of a model (errors
+    always). ``batch``: rows per batched record (1: one record per call).
+    ``flush_after``: seconds after which a partial batch is sent. ``max_queue``:
+    calls waiting in the inbox, and records waiting to be sent, at most.
+    """
+
+    def __init__(
+        self,
+        target: StreamTarget,
+        batch: int = 1,
+        sample: int = 1,
+        function_uri: str = "",
+        worker: Any = 0,
+        verbose: bool = False,
+        flush_after: float = 2.0,
+        max_queue: int = 10_000,
+        name: str = "",
+    ) -> None:
+        self.target = target
+        self.batch = max(int(batch or 1), 1)
+        self.sample = max(int(sample or 1), 1)
+        self.function_uri = function_uri
+        self.worker = worker
+        self.verbose = verbose
+        self.flush_after = flush_after
+        self.max_queue = max_queue
+        self.sent = self.failed = self.dropped = 0
+        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._pending: collections.deque[dict[str, Any]] = collections.deque()
+        self._batches: dict[int, _Batch] = {}
+        self._fields: dict[int, rec.ModelFields] = {}
+        self._counts: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._flush_now = False
+        self._closing = False
+        self._busy = False
+        self._retry_at = 0.0
+        self._retry_pause = 0.0
+        self._metrics = _stream_metrics(name or type(target).__name__)
+        self._thread = self._start()
+
+    def _start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, daemon=True, name="mlserve-stream-pusher")
+        thread.start()
+        return thread
+
+    # ---- request side (cheap, never raises) ------------------------------------
+
+    def push(
+        self,
+        model: Any,
+        start: datetime,
+        request: Any,
+        response: Any,
+        op: str,
+        microsec: int,
+        metrics: dict[str, Any] | None = None,
+    ) -> None:
+        """Log one successful call (every ``sample``-th of this model)."""
+        if self.sample > 1:
+            key = id(model)
+            with self._lock:
+                count = self._counts[key] = self._counts.get(key, 0) + 1
+            if count % self.sample:
+                return
+        self._enqueue((model, start, request, response, op, microsec, metrics))
+
+    def push_error(
+        self, model: Any, start: datetime, request: Any, op: str, exc: BaseException
+    ) -> None:
+        """Log a failed call at once: not sampled, not batched."""
+        error = f"{type(exc).__name__}: {exc}"
+        if self.verbose:
+            error += "\n" + "".join(traceback.format_exception(exc))
+        self._enqueue((model, start, request, None, op, None, error))
+        self._wake.set()
+
+    def _enqueue(self, item: tuple[Any, ...]) -> None:
+        with self._lock:
+            if self._closing:  # a server used again after wait_for_completion()
+                self._closing = False
+                self._thread = self._start()
+            if len(self._inbox) >= self.max_queue:
+                self._inbox.popleft()
+                self._count_dropped(1)
+            self._inbox.append(item)
+
+    # ---- control -------------------------------------------------------------------
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Send everything logged so far, partial batches included; True when all went."""
+        self._flush_now = True
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not (self._inbox or self._pending or self._batches or self._busy):
+                return True
+            time.sleep(0.005)
+        return False
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush (waiting up to ``timeout`` for a target that is down), then stop.
+
+        A later push starts the sender again (targets reconnect on demand).
+        """
+        if self._closing:
+            return
+        flushed = self.flush(timeout)
+        self._closing = True
+        self._wake.set()
+        self._thread.join(timeout)
+        if not flushed:
+            lost = len(self._pending) + len(self._inbox)
+            logger.warning("model-log stream: %d records not delivered at shutdown", lost)
+            self._count_dropped(lost)
+        try:
+            self.target.close()
+        except Exception:
+            logger.exception("model-log stream: closing the target failed")
+
+    # ---- sender thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._closing:
+            self._wake.wait(IDLE_WAKE_SECONDS)
+            self._wake.clear()
+            self._busy = True
+            try:
+                self._step()
+            except Exception:  # the sender must outlive any bad record
+                logger.exception("model-log stream: sender step failed")
+            finally:
+                self._busy = False
+
+    def _step(self) -> None:
+        self._drain()
+        force, self._flush_now = self._flush_now, False
+        self._close_batches(force)
+        while self._pending and (force or time.monotonic() >= self._retry_at):
+            if not self._send():
+                return
+
+    def _drain(self) -> None:
+        done = 0
+        while self._inbox:
+            done += 1
+            if done % YIELD_EVERY == 0:
+                time.sleep(0)  # hand the GIL to the request threads between short bursts
+            item = self._inbox.popleft()
+            try:
+                self._accept(item)
+            except Exception:
+                logger.exception("model-log stream: cannot build a record; skipped")
+                self._count_dropped(1)
+
+    def _accept(self, item: tuple[Any, ...]) -> None:
+        model, start, request, response, op, microsec, extra = item
+        fields = self._fields_of(model)
+        if microsec is None:
+            self._add_pending(rec.error_record(fields, start, request, op, extra))
+        elif self.batch == 1:
+            self._add_pending(
+                rec.success_record(fields, (start, request, response, op, microsec, extra))
+            )
+        else:
+            batch = self._batches.get(id(model))
+            if batch is None:
+                batch = self._batches[id(model)] = _Batch(fields)
+            batch.rows.append(rec.batch_row((start, request, response, op, microsec, extra)))
+            if len(batch.rows) >= self.batch:
+                self._add_pending(self._batches.pop(id(model)).record())
+
+    def _fields_of(self, model: Any) -> rec.ModelFields:
+        fields = self._fields.get(id(model))
+        if fields is None:
+            fields = self._fields[id(model)] = rec.ModelFields(
+                model, self.worker, self.function_uri
+            )
+        return fields
+
+    def _close_batches(self, force: bool) -> None:
+        now = time.monotonic()
+        for key, batch in list(self._batches.items()):
+            if force or now - batch.since >= self.flush_after:
+                self._add_pending(self._batches.pop(key).record())
+
+    def _add_pending(self, record: dict[str, Any]) -> None:
+        self._pending.append(record)
+        if len(self._pending) > self.max_queue:
+            self._pending.popleft()
+            self._count_dropped(1)
+
+    def _send(self) -> bool:
+        records = list(itertools.islice(self._pending, MAX_PUSH))
+        try:
+            self.target.push(records)
+        except Exception as exc:
+            self._count_failed(len(records))
+            self._retry_pause = min(max(self._retry_pause * 2, 0.05), MAX_RETRY_PAUSE)
+            self._retry_at = time.monotonic() + self._retry_pause
+            logger.warning(
+                "model-log stream: push of %d records failed (%s); retrying", len(records), exc
+            )
+            return False
+        for _ in records:
+            self._pending.popleft()
+        self._retry_pause = 0.0
+        self.sent += len(records)
+        self._metrics[0].inc(len(records))
+        return True
+
+    def _count_failed(self, count: int) -> None:
+        self.failed += count
+        self._metrics[1].inc(count)
+
+    def _count_dropped(self, count: int) -> None:
+        self.dropped += count
+        self._metrics[2].inc(count)
+
+
+def _stream_metrics(name: str) -> tuple[Any, Any, Any]:
+    from mlserve.monitoring import metrics
+
+    return (
+        metrics.STREAM_SENT.labels(name),
+        metrics.STREAM_FAILED.labels(name),
+        metrics.STREAM_DROPPED.labels(name),
+    )

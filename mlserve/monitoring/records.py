@@ -1,0 +1,137 @@
+"""The model-log records of S8, built from what the model hands the pusher.
+
+Records carry ``request.inputs`` and ``resp.outputs`` as plain JSON lists
+whatever the request form, so a consumer reads rows and tensor requests alike:
+one tensor becomes its nested list (rows), several tensors a list of nested
+lists in order. Any numpy left elsewhere is written by ``dumps``.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from mlserve.protocol.forms import is_tensor_inputs
+from mlserve.protocol.tensors import decode_tensor
+
+__all__ = [
+    "BATCH_HEADERS",
+    "ModelFields",
+    "batch_row",
+    "error_record",
+    "plain_tensors",
+    "success_record",
+]
+
+BATCH_HEADERS = ["request", "op", "resp", "when", "microsec", "metrics"]
+HOST = socket.gethostname()
+
+
+def plain_tensors(value: Any) -> Any:
+    """Inputs or outputs as plain lists: ndarrays, ``{name: ndarray}`` and V2 tensor objects."""
+    if type(value) is list and not (value and type(value[0]) is dict):
+        return value  # rows: the common case, kept cheap
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if (
+        isinstance(value, dict)
+        and value
+        and all(isinstance(v, np.ndarray) for v in value.values())
+    ):
+        return [array.tolist() for array in value.values()]
+    if is_tensor_inputs(value):
+        arrays = [_decoded(obj) for obj in value]
+        return arrays[0] if len(arrays) == 1 else arrays
+    return value
+
+
+def _decoded(obj: dict[str, Any]) -> Any:
+    try:
+        return decode_tensor(obj).tolist()
+    except Exception:  # a tensor we cannot decode is logged as it came
+        return obj.get("data")
+
+
+def when(start: datetime) -> str:
+    return start.isoformat(sep=" ", timespec="microseconds")
+
+
+def _plain_request(request: Any) -> Any:
+    if isinstance(request, dict) and "inputs" in request:
+        return {**request, "inputs": plain_tensors(request["inputs"])}
+    return request
+
+
+def _plain_response(response: Any) -> Any:
+    if isinstance(response, dict) and "outputs" in response:
+        return {**response, "outputs": plain_tensors(response["outputs"])}
+    return response
+
+
+class ModelFields:
+    """The fields every record of one model (or ensemble) starts with."""
+
+    def __init__(self, model: Any, worker: Any, function_uri: str) -> None:
+        self.model = model
+        self.worker = worker
+        self.function_uri = function_uri
+        self._base = self._fields()
+
+    def base(self) -> dict[str, Any]:
+        """A fresh copy of the fields (computed once per model)."""
+        return self._base.copy()
+
+    def _fields(self) -> dict[str, Any]:
+        model = self.model
+        record: dict[str, Any] = {
+            "class": type(model).__name__,
+            "worker": self.worker,
+            "model": getattr(model, "name", "") or "",
+            "version": getattr(model, "version", "") or "",
+            "host": HOST,
+            "function_uri": self.function_uri,
+        }
+        labels = getattr(model, "labels", None)
+        if labels:
+            record["labels"] = labels
+        return record
+
+
+def success_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]:
+    """One record of one call: ``call`` = (start, request, response, op, microsec, metrics)."""
+    start, request, response, op, microsec, metrics = call
+    record = fields.base()
+    record.update(
+        request=_plain_request(request),
+        op=op,
+        resp=_plain_response(response),
+        when=when(start),
+        microsec=microsec,
+    )
+    if metrics:
+        record["metrics"] = metrics
+    return record
+
+
+def batch_row(call: tuple[Any, ...]) -> list[Any]:
+    """One row of a batched record, in the order of ``BATCH_HEADERS``."""
+    start, request, response, op, microsec, metrics = call
+    return [
+        _plain_request(request),
+        op,
+        _plain_response(response),
+        when(start),
+        microsec,
+        metrics or {},
+    ]
+
+
+def error_record(
+    fields: ModelFields, start: datetime, request: Any, op: str, error: str
+) -> dict[str, Any]:
+    record = fields.base()
+    record.update(request=_plain_request(request), op=op, when=when(start), error=error)
+    return record

@@ -1,0 +1,43 @@
+"""``file://path`` or a plain path: one JSON line per record (the embedded default)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from mlserve.protocol.tensors import dumps
+
+__all__ = ["FileStream"]
+
+
+def _path_of(url: str) -> Path:
+    if url.startswith("file://"):
+        parts = urlsplit(url)
+        url = parts.netloc + parts.path
+    return Path(os.path.expanduser(url))
+
+
+class FileStream:
+    """Appends records as JSON lines; the file is opened on the first push."""
+
+    def __init__(self, url: str, **args: Any) -> None:
+        self.path = _path_of(url)
+        self._file: Any = None
+
+    def push(self, records: list[dict[str, Any]]) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the server's life
+        self._file.write(b"".join(dumps(record) + b"\n" for record in records))
+        self._file.flush()
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,46 @@
+"""``redis://host:port[/db]?stream=s``: records appended to a Redis Stream (XADD).
+
+Each entry has one field, ``record``, holding the record's JSON. ``maxlen``
+in ``stream_args`` caps the stream (approximately, as Redis trims).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from mlserve.protocol.tensors import dumps
+
+__all__ = ["RedisStream"]
+
+DEFAULT_STREAM = "mlserve-model-logs"
+
+
+class RedisStream:
+    """A redis-py client; the connection is made (and remade) on demand by redis-py."""
+
+    def __init__(
+        self, url: str, stream: str | None = None, maxlen: int | None = None, **client_args: Any
+    ) -> None:
+        import redis
+
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        self.stream = stream or query.get("stream", [DEFAULT_STREAM])[0] or DEFAULT_STREAM
+        self.maxlen = maxlen
+        client_args.setdefault("socket_timeout", 5.0)
+        client_args.setdefault("socket_connect_timeout", 5.0)
+        address = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        self._client = redis.Redis.from_url(address, **client_args)
+
+    def push(self, records: list[dict[str, Any]]) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        for record in records:
+            pipe.xadd(self.stream, {"record": dumps(record)}, maxlen=self.maxlen, approximate=True)
+        pipe.execute()
+
+    def flush(self) -> None:
+        """Every push is written when it returns."""
+
+    def close(self) -> None:
+        self._client.close()

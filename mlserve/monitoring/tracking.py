@@ -1,0 +1,217 @@
+"""Turning tracking on for a graph server: the model-log stream (S8) and endpoint records (S9).
+
+``GraphServer.init_object`` calls :func:`setup`. The stream is on when the
+function called ``set_tracking()`` (or, outside the mock server, when
+``track_models`` is set); endpoint records are on when ``track_models`` is
+set. In the mock server ``track_models`` therefore governs endpoint records
+only (S6).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from mlserve.monitoring.endpoints import EndpointRegistry, EndpointType, ModelEndpoint
+from mlserve.monitoring.pusher import StreamPusher
+
+__all__ = ["ModelTracker", "setup", "stream_path"]
+
+logger = logging.getLogger("mlserve.monitoring")
+
+DEFAULT_STREAM_FILE = "model-logs.jsonl"
+PUSHER_OPTIONS = ("max_queue", "flush_after")
+
+
+class ModelTracker:
+    """A model's ``model_logger``: counts calls for the endpoint record, logs them to the stream."""
+
+    def __init__(self, pusher: StreamPusher | None, registry: EndpointRegistry | None) -> None:
+        self.pusher = pusher
+        self.registry = registry
+
+    def push(
+        self,
+        model: Any,
+        start: datetime,
+        request: Any,
+        response: Any,
+        op: str,
+        microsec: int,
+        metrics: dict[str, Any] | None = None,
+    ) -> None:
+        self._count(model, start, False)
+        if self.pusher is not None:
+            self.pusher.push(model, start, request, response, op, microsec, metrics)
+
+    def push_error(
+        self, model: Any, start: datetime, request: Any, op: str, exc: BaseException
+    ) -> None:
+        self._count(model, start, True)
+        if self.pusher is not None:
+            self.pusher.push_error(model, start, request, op, exc)
+
+    def _count(self, model: Any, start: datetime, error: bool) -> None:
+        uid = getattr(model, "model_endpoint_uid", None)
+        if self.registry is not None and uid:
+            self.registry.count(uid, start, error)
+
+    def close(self) -> None:
+        """Flush the stream and the request counters (at server shutdown)."""
+        if self.pusher is not None:
+            self.pusher.close()
+        if self.registry is not None:
+            self.registry.close()
+
+
+def setup(server: Any) -> ModelTracker | None:
+    """Start what ``server``'s tracking settings ask for; None when tracking is off."""
+    tracking = server.tracking
+    mock = bool(getattr(server.context, "is_mock", False))
+    stream_on = bool(tracking.get("enable_tracking")) or (server.track_models and not mock)
+    if not (stream_on or server.track_models):
+        return None
+    url = stream_path(server) if stream_on else ""
+    pusher = _pusher(server, url) if stream_on else None
+    registry = _registry(server, url) if server.track_models else None
+    tracker = ModelTracker(pusher, registry)
+    for obj in [*server.iter_models(), *(step.object for step in _ensembles(server.graph))]:
+        obj.model_logger = tracker
+    server.on_shutdown(tracker.close)
+    return tracker
+
+
+def stream_path(server: Any) -> str:
+    """``set_tracking(stream_path=)``, else parameter ``log_stream``, else the data dir's file."""
+    from mlserve.monitoring.stores import data_dir
+
+    chosen = server.tracking.get("stream_path") or server.parameters.get("log_stream")
+    return str(chosen or data_dir(server.parameters) / DEFAULT_STREAM_FILE)
+
+
+def _pusher(server: Any, url: str) -> StreamPusher:
+    from mlserve.monitoring.streams import open_stream
+
+    args = dict(server.tracking.get("stream_args") or {})
+    options = {key: args.pop(key) for key in PUSHER_OPTIONS if key in args}
+    parts = urlsplit(url)
+    return StreamPusher(
+        open_stream(url, **args),
+        batch=server.tracking.get("batch") or 1,
+        sample=server.tracking.get("sample") or 1,
+        function_uri=server.function_uri,
+        worker=server.context.worker_id,
+        verbose=server.verbose,
+        name=f"{parts.scheme}://{parts.hostname or ''}{parts.path}" if parts.scheme else url,
+        **options,
+    )
+
+
+# ---- endpoint records ----------------------------------------------------------------
+
+
+def _registry(server: Any, url: str) -> EndpointRegistry:
+    from mlserve.monitoring.api import endpoints_handler
+    from mlserve.monitoring.stores import default_store_url, open_store
+
+    flush_every = float(server.parameters.get("endpoint_flush_seconds", 5.0))
+    registry = EndpointRegistry(open_store(default_store_url(server.parameters)), flush_every)
+    try:
+        _register_all(server, registry, url)
+    except Exception:  # a store that is down must not stop the models from serving
+        logger.exception("endpoint records: registering the models failed")
+    server.add_handler(endpoints_handler(registry))
+    return registry
+
+
+def _register_all(server: Any, registry: EndpointRegistry, url: str) -> None:
+    leaves: set[int] = set()
+    for step in _ensembles(server.graph):
+        children = list(step.iter_models())
+        leaves.update(id(child) for child in children)
+        uids = [
+            _register(server, registry, child, url, EndpointType.LEAF).metadata.uid
+            for child in children
+        ]
+        _register(
+            server,
+            registry,
+            step.object,
+            url,
+            EndpointType.ROUTER,
+            [child.name for child in children],
+            uids,
+        )
+    for model in server.iter_models():
+        if id(model) not in leaves:
+            _register(server, registry, model, url, EndpointType.NODE)
+
+
+def _register(
+    server: Any,
+    registry: EndpointRegistry,
+    obj: Any,
+    url: str,
+    kind: EndpointType,
+    children: list[str] | None = None,
+    children_uids: list[str] | None = None,
+) -> ModelEndpoint:
+    from mlserve.monitoring.endpoints import endpoint_uid
+
+    name, version = str(obj.name or ""), str(getattr(obj, "version", "") or "")
+    uid = endpoint_uid(server.project, server.function_name, server.function_tag, name, version)
+    endpoint = ModelEndpoint.model_validate(
+        {
+            "metadata": {
+                "project": server.project,
+                "uid": uid,
+                "labels": dict(getattr(obj, "labels", None) or {}),
+            },
+            "spec": {
+                "function_uri": server.function_uri,
+                "model": f"{name}:{version or 'latest'}",
+                "model_class": type(obj).__name__,
+                "model_uri": str(getattr(obj, "model_path", None) or ""),
+                "stream_path": url,
+                "monitoring_mode": "enabled" if url else "disabled",
+            },
+            "status": {
+                "endpoint_type": kind,
+                "children": children or [],
+                "children_uids": children_uids or [],
+            },
+        }
+    )
+    registry.register(endpoint)
+    obj.model_endpoint_uid = uid
+    return endpoint
+
+
+def _ensembles(step: Any) -> Iterator[Any]:
+    """Router steps whose object is an ensemble, anywhere in the graph."""
+    if step is None:
+        return
+    routes = getattr(step, "routes", None)
+    children = list(routes.values()) if isinstance(routes, dict) else []
+    if children and _is_ensemble(getattr(step, "object", None)):
+        yield step
+    steps = getattr(step, "steps", None)
+    if isinstance(steps, dict):
+        children += list(steps.values())
+    for child in children:
+        yield from _ensembles(child)
+
+
+def _is_ensemble(obj: Any) -> bool:
+    """An ``is_ensemble`` attribute decides; else any router that is not a plain ``ModelRouter``."""
+    if obj is None:
+        return False
+    flag = getattr(obj, "is_ensemble", None)
+    if flag is not None:
+        return bool(flag)
+    from mlserve.graph.routers import BaseModelRouter, ModelRouter
+
+    return type(obj) not in (ModelRouter, BaseModelRouter)
