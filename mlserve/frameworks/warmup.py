@@ -101,7 +101,9 @@ def _run_one(model: Any, body: dict[str, Any]) -> None:
         outputs = asyncio.run(_awaited(outputs))
     if isinstance(request, InferenceRequest):
         default_name = model.outputs[0]["name"] if model.outputs else "output-0"
-        build_outputs(outputs, request, default_name)
+        # binary encoding: warm-up data need not be valid UTF-8 text
+        binary = {"outputs": request.get("outputs"), "parameters": {"binary_data_output": True}}
+        build_outputs(outputs, binary, default_name)
 
 
 async def _awaited(awaitable: Any) -> Any:
