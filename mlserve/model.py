@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mlserve.batching import batching_runner
 from mlserve.context import GraphContext
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
 from mlserve.protocol.forms import (
@@ -273,9 +274,13 @@ class V2ModelServer:
         return drive(self._dispatch(event, _SyncRunner))
 
     async def do_event_async(self, event: Event) -> Event:
-        """Handle one event from the loop: sync models run in the pool in one hop."""
+        """Handle one event from the loop: sync models run in the pool in one hop,
+        batched models (mlserve.batching) dispatch on the loop and predict in the pool."""
         if inspect.iscoroutinefunction(self.predict):
             return await self._dispatch(event, _AsyncRunner)
+        batched = batching_runner(self)
+        if batched is not None:
+            return await self._dispatch(event, batched)
         return await run_in_threadpool(self.do_event, event)
 
     async def _dispatch(self, event: Event, runner: Any) -> Event:
