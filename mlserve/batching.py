@@ -72,22 +72,38 @@ def batch_key(request: InferenceRequest) -> tuple[Any, ...] | None:
     leading = {array.shape[0] if array.ndim else None for array in tensors.values()}
     if len(leading) != 1 or None in leading:
         return None
-    shapes = tuple((name, array.dtype.str, array.shape[1:]) for name, array in sorted(tensors.items()))
+    shapes = tuple(
+        (name, array.dtype.str, array.shape[1:]) for name, array in sorted(tensors.items())
+    )
     outputs = tuple(str(o.get("name")) for o in request.get("outputs") or () if isinstance(o, dict))
-    parameters = {k: v for k, v in (request.get("parameters") or {}).items() if k not in _ENCODING_PARAMETERS}
+    parameters = {
+        k: v for k, v in (request.get("parameters") or {}).items() if k not in _ENCODING_PARAMETERS
+    }
     rest = {k: v for k, v in request.items() if k not in ("inputs", "outputs", "parameters", "id")}
-    return shapes, outputs, orjson.dumps([parameters, rest], default=str, option=orjson.OPT_SORT_KEYS)
+    return (
+        shapes,
+        outputs,
+        orjson.dumps([parameters, rest], default=str, option=orjson.OPT_SORT_KEYS),
+    )
 
 
 def merge(items: list[_Pending]) -> InferenceRequest:
     """One request holding every item's rows, in order."""
     first = items[0].request
-    tensors = {name: np.concatenate([item.request.tensors[name] for item in items])
-               for name in first.tensors}
+    tensors = {
+        name: np.concatenate([item.request.tensors[name] for item in items])
+        for name in first.tensors
+    }
     merged = InferenceRequest(first)
     merged.tensors = tensors
-    merged.input_objects = [{"name": obj["name"], "datatype": obj["datatype"],
-                             "shape": list(tensors[obj["name"]].shape)} for obj in first.input_objects]
+    merged.input_objects = [
+        {
+            "name": obj["name"],
+            "datatype": obj["datatype"],
+            "shape": list(tensors[obj["name"]].shape),
+        }
+        for obj in first.input_objects
+    ]
     merged["inputs"] = next(iter(tensors.values())) if len(tensors) == 1 else tensors
     merged["id"] = None
     return merged
@@ -97,8 +113,10 @@ def _rows_of(name: str, value: Any, total: int) -> np.ndarray:
     array = np.asarray(value)
     rows = array.shape[0] if array.ndim else None
     if rows != total:
-        raise ModelError(f"batched predict returned {rows} rows for output '{name}', "
-                         f"expected {total} (the rows of the merged requests)")
+        raise ModelError(
+            f"batched predict returned {rows} rows for output '{name}', "
+            f"expected {total} (the rows of the merged requests)"
+        )
     return array
 
 
@@ -108,12 +126,20 @@ def split(result: Any, counts: list[int]) -> list[Any]:
     offsets = np.cumsum([0, *counts])
     if isinstance(result, dict):
         arrays = {name: _rows_of(name, value, total) for name, value in result.items()}
-        return [{name: array[offsets[i]:offsets[i + 1]] for name, array in arrays.items()}
-                for i in range(len(counts))]
-    if isinstance(result, list) and result and all(isinstance(o, dict) and "datatype" in o for o in result):
-        raise ModelError("a batched predict must return an array or a dict of arrays, not tensor objects")
+        return [
+            {name: array[offsets[i] : offsets[i + 1]] for name, array in arrays.items()}
+            for i in range(len(counts))
+        ]
+    if (
+        isinstance(result, list)
+        and result
+        and all(isinstance(o, dict) and "datatype" in o for o in result)
+    ):
+        raise ModelError(
+            "a batched predict must return an array or a dict of arrays, not tensor objects"
+        )
     array = _rows_of("output-0", result, total)
-    return [array[offsets[i]:offsets[i + 1]] for i in range(len(counts))]
+    return [array[offsets[i] : offsets[i + 1]] for i in range(len(counts))]
 
 
 class Batcher:
@@ -152,7 +178,9 @@ class Batcher:
         if key is None or rows > self.max_batch_size:
             return await self._run_alone(request)
         if self._queued >= self.max_queue_size:
-            raise TooManyRequests(f"the batching queue is full ({self.max_queue_size} requests waiting)")
+            raise TooManyRequests(
+                f"the batching queue is full ({self.max_queue_size} requests waiting)"
+            )
         loop = asyncio.get_running_loop()
         pending = _Pending(request, rows, loop.create_future())
         self._join(loop, key, pending)
@@ -179,7 +207,10 @@ class Batcher:
         """Start batches that are full or past their window, while slots are free."""
         now = loop.time()
         while self._running < self.num_batch_threads:
-            due = next((b for b in self._waiting if b.deadline <= now or self._open.get(b.key) is not b), None)
+            due = next(
+                (b for b in self._waiting if b.deadline <= now or self._open.get(b.key) is not b),
+                None,
+            )
             if due is None:
                 return
             self._waiting.remove(due)

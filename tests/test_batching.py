@@ -1,4 +1,4 @@
-"""Adaptive batching: merged predict calls, answers split back, failures kept to their batch, queue bound."""
+"""Adaptive batching: merged predict calls, answers split back, failures kept to their batch."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ class Gated:
 
     def predict(self, request: dict[str, Any]) -> Any:
         inputs = request["inputs"]
-        self.calls.append(len(inputs if not isinstance(inputs, dict) else next(iter(inputs.values()))))
+        self.calls.append(
+            len(inputs if not isinstance(inputs, dict) else next(iter(inputs.values())))
+        )
         if len(self.calls) == 1:
             self.gate.wait(30)
         return super().predict(request)  # type: ignore[misc]
@@ -100,7 +102,10 @@ def test_concurrent_requests_merge_and_split(rng=np.random.default_rng(0)) -> No
 def test_requested_outputs_respected_per_request() -> None:
     server, model = serve(GatedDoubler)
     x = np.ones((2, 2), np.float32)
-    bodies = [{"inputs": [tensor(x * i)], **({"outputs": [{"name": "s"}]} if i % 2 else {})} for i in range(6)]
+    bodies = [
+        {"inputs": [tensor(x * i)], **({"outputs": [{"name": "s"}]} if i % 2 else {})}
+        for i in range(6)
+    ]
     answers = run_gated(server, model, "/v2/models/m/infer", bodies)
     for i, answer in enumerate(answers):
         got = outputs_of(answer)
@@ -113,7 +118,9 @@ def test_wrong_row_count_fails_only_that_batch() -> None:
     server, model = serve(GatedDoubler)
     good = [{"inputs": [tensor(np.ones((1, 2), np.float32))]} for _ in range(3)]
     bad = [{"inputs": [tensor(np.ones((1, 3), np.float32))]} for _ in range(3)]
-    answers = run_gated(server, model, "/v2/models/m/infer", [good[0], bad[0], good[1], bad[1], good[2], bad[2]])
+    answers = run_gated(
+        server, model, "/v2/models/m/infer", [good[0], bad[0], good[1], bad[1], good[2], bad[2]]
+    )
     for answer in answers[0::2]:
         np.testing.assert_allclose(outputs_of(answer)["y"], [[2, 2]])
     for response in answers[1::2]:
@@ -127,7 +134,9 @@ def test_queue_bound_refuses_with_429() -> None:
     with ThreadPoolExecutor(5) as pool:
         first = pool.submit(server.test, "/v2/models/m/infer", body)
         wait_until(lambda: len(model.calls) == 1)
-        queued: list[Future] = [pool.submit(server.test, "/v2/models/m/infer", body) for _ in range(3)]
+        queued: list[Future] = [
+            pool.submit(server.test, "/v2/models/m/infer", body) for _ in range(3)
+        ]
         wait_until(lambda: model.batcher.queued == 3)
         refused = server.test("/v2/models/m/infer", body, silent=True)
         model.gate.set()
@@ -159,11 +168,14 @@ def test_tensorflow_model_batches(tmp_path_factory: pytest.TempPathFactory) -> N
     server, model = serve(GatedTF, model_path=str(models.mlp), max_batch_size=32)
     rng = np.random.default_rng(1)
     xs = [rng.random((1 + i % 2, 4), dtype=np.float32) for i in range(8)]
-    answers = run_gated(server, model, "/v2/models/m/infer",
-                        [{"inputs": [tensor(x, "inputs")]} for x in xs])
+    answers = run_gated(
+        server, model, "/v2/models/m/infer", [{"inputs": [tensor(x, "inputs")]} for x in xs]
+    )
     assert len(model.calls) == 2
     for x, answer in zip(xs, answers, strict=True):
-        np.testing.assert_allclose(outputs_of(answer)["output_0"], models.mlp_expected(x), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            outputs_of(answer)["output_0"], models.mlp_expected(x), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_full_batches_split_at_max_batch_size() -> None:

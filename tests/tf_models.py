@@ -32,7 +32,9 @@ class TFModels:
         import tensorflow as tf
 
         loaded = tf.saved_model.load(str(self.mlp / "1"))
-        return loaded.signatures["serving_default"](inputs=tf.constant(x, tf.float32))["output_0"].numpy()
+        return loaded.signatures["serving_default"](inputs=tf.constant(x, tf.float32))[
+            "output_0"
+        ].numpy()
 
 
 def _save_mlp(path: Path) -> None:
@@ -40,8 +42,9 @@ def _save_mlp(path: Path) -> None:
     import tensorflow as tf
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
-                              keras.layers.Dense(3)])
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)]
+    )
     tf.saved_model.save(model, str(path))
 
 
@@ -53,14 +56,19 @@ def _save_module(path: Path) -> None:
         def double(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
             return {"y": x * 2.0, "total": tf.reduce_sum(x, axis=1)}
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="a"),
-                                      tf.TensorSpec([None], tf.string, name="b")])
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None], tf.string, name="a"),
+                tf.TensorSpec([None], tf.string, name="b"),
+            ]
+        )
         def concat(self, a: tf.Tensor, b: tf.Tensor) -> dict[str, tf.Tensor]:
             return {"output": tf.strings.join([a, b])}
 
     module = Strings()
-    tf.saved_model.save(module, str(path), signatures={"serving_default": module.double,
-                                                       "concat": module.concat})
+    tf.saved_model.save(
+        module, str(path), signatures={"serving_default": module.double, "concat": module.concat}
+    )
 
 
 def tf_models(factory: pytest.TempPathFactory) -> TFModels:

@@ -65,7 +65,9 @@ def resolve_saved_model(model_path: str | Path) -> Path:
         raise FileNotFoundError(f"model_path {model_path} does not exist")
     versions = [p for p in path.iterdir() if p.name.isdigit() and (p / "saved_model.pb").is_file()]
     if not versions:
-        raise FileNotFoundError(f"{model_path} is neither a SavedModel nor a folder of numbered versions")
+        raise FileNotFoundError(
+            f"{model_path} is neither a SavedModel nor a folder of numbered versions"
+        )
     return max(versions, key=lambda p: int(p.name))
 
 
@@ -80,7 +82,10 @@ def signature_name_of(request: Any, default: str = DEFAULT_SIGNATURE) -> str:
 
 
 def _declare(name: str, spec: Any) -> dict[str, Any]:
-    declared: dict[str, Any] = {"name": name, "datatype": TF_DATATYPES.get(spec.dtype.name, "BYTES")}
+    declared: dict[str, Any] = {
+        "name": name,
+        "datatype": TF_DATATYPES.get(spec.dtype.name, "BYTES"),
+    }
     if spec.shape.rank is not None:
         declared["shape"] = [-1 if dim is None else int(dim) for dim in spec.shape.as_list()]
     return declared
@@ -97,7 +102,9 @@ class Signature:
         self.name = name
         self.function = function
         # sorted by name, as TF Serving's signature maps print
-        self.input_specs: dict[str, Any] = dict(sorted(function.structured_input_signature[1].items()))
+        self.input_specs: dict[str, Any] = dict(
+            sorted(function.structured_input_signature[1].items())
+        )
         self.output_specs: dict[str, Any] = dict(sorted(function.structured_outputs.items()))
         self.inputs = [_declare(key, spec) for key, spec in self.input_specs.items()]
         self.outputs = [_declare(key, spec) for key, spec in self.output_specs.items()]
@@ -142,7 +149,9 @@ class Signature:
                 return tf.constant(flat, dtype=tf.string, shape=array.shape)
             return tf.constant(np.asarray(value, dtype=dtype.as_numpy_dtype))
         except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"input '{name}' cannot be made a {dtype.name} tensor: {exc}") from None
+            raise InvalidInput(
+                f"input '{name}' cannot be made a {dtype.name} tensor: {exc}"
+            ) from None
 
 
 class TFModelServer(V2ModelServer):

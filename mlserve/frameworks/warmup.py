@@ -46,15 +46,19 @@ def read_prediction_logs(path: str | Path) -> list[dict[str, Any]]:
         log = prediction_log_pb2.PredictionLog()
         log.ParseFromString(record.numpy())
         if log.WhichOneof("log_type") != "predict_log":
-            raise WarmupError(f"{path}: only predict_log warm-up records are supported, "
-                              f"got {log.WhichOneof('log_type')}")
+            raise WarmupError(
+                f"{path}: only predict_log warm-up records are supported, "
+                f"got {log.WhichOneof('log_type')}"
+            )
         bodies.append(_predict_request_body(tf, log.predict_log.request))
     return bodies
 
 
 def _predict_request_body(tf: Any, request: Any) -> dict[str, Any]:
-    inputs = [encode_tensor(name, tf.make_ndarray(proto), binary=True)
-              for name, proto in request.inputs.items()]
+    inputs = [
+        encode_tensor(name, tf.make_ndarray(proto), binary=True)
+        for name, proto in request.inputs.items()
+    ]
     body: dict[str, Any] = {"inputs": inputs}
     if request.model_spec.signature_name:
         body["parameters"] = {"signature_name": request.model_spec.signature_name}
@@ -86,8 +90,10 @@ def run_warmup(model: Any, folder: str | Path) -> int:
         try:
             _run_one(model, body)
         except Exception as exc:
-            raise WarmupError(f"warm-up request {index + 1} of {len(requests)} ({source}) failed: "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise WarmupError(
+                f"warm-up request {index + 1} of {len(requests)} ({source}) failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
     if requests:
         logger.info("model %s: %d warm-up requests ran", model.name, len(requests))
     return len(requests)

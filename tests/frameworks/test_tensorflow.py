@@ -41,7 +41,9 @@ def test_keras_metadata(server) -> None:
 
 
 def test_keras_tensor_form(server, models: TFModels) -> None:
-    body = {"inputs": [{"name": "any", "datatype": "FP32", "shape": [2, 4], "data": X.ravel().tolist()}]}
+    body = {
+        "inputs": [{"name": "any", "datatype": "FP32", "shape": [2, 4], "data": X.ravel().tolist()}]
+    }
     answer = server.test("/v2/models/mlp/infer", body)
     (out,) = answer["outputs"]
     assert (out["name"], out["datatype"], out["shape"]) == ("output_0", "FP32", [2, 3])
@@ -72,14 +74,22 @@ def test_module_metadata_and_outputs(server) -> None:
 
 
 def test_requested_outputs(server) -> None:
-    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}],
-            "outputs": [{"name": "total"}]}
-    assert [o["name"] for o in server.test("/v2/models/strings/infer", body)["outputs"]] == ["total"]
+    body = {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}],
+        "outputs": [{"name": "total"}],
+    }
+    assert [o["name"] for o in server.test("/v2/models/strings/infer", body)["outputs"]] == [
+        "total"
+    ]
 
 
 def _concat_body(where: str) -> dict:
-    body = {"inputs": [{"name": "a", "datatype": "BYTES", "shape": [2], "data": ["hello ", "ab"]},
-                       {"name": "b", "datatype": "BYTES", "shape": [2], "data": ["world", "cd"]}]}
+    body = {
+        "inputs": [
+            {"name": "a", "datatype": "BYTES", "shape": [2], "data": ["hello ", "ab"]},
+            {"name": "b", "datatype": "BYTES", "shape": [2], "data": ["world", "cd"]},
+        ]
+    }
     if where == "parameters":
         body["parameters"] = {"signature_name": "concat"}
     else:
@@ -90,7 +100,11 @@ def _concat_body(where: str) -> dict:
 @pytest.mark.parametrize("where", ["parameters", "top"])
 def test_string_signature_by_name(server, where: str) -> None:
     (out,) = server.test("/v2/models/strings/infer", _concat_body(where))["outputs"]
-    assert (out["name"], out["datatype"], out["data"]) == ("output", "BYTES", ["hello world", "abcd"])
+    assert (out["name"], out["datatype"], out["data"]) == (
+        "output",
+        "BYTES",
+        ["hello world", "abcd"],
+    )
 
 
 def test_string_signature_rows_of_dicts(server) -> None:
@@ -111,9 +125,15 @@ def test_unknown_signature_and_missing_input_are_400(server) -> None:
 
 def test_signature_name_parameter_sets_metadata(models: TFModels) -> None:
     fn = mlserve.new_function("tf")
-    fn.add_model("s", model_path=str(models.module), class_name=TFModelServer, signature_name="concat")
+    fn.add_model(
+        "s", model_path=str(models.module), class_name=TFModelServer, signature_name="concat"
+    )
     server = fn.to_mock_server()
     assert [i["name"] for i in server.test("/v2/models/s")["inputs"]] == ["a", "b"]
-    body = {"inputs": [{"name": "a", "datatype": "BYTES", "shape": [1], "data": ["p"]},
-                       {"name": "b", "datatype": "BYTES", "shape": [1], "data": ["q"]}]}
+    body = {
+        "inputs": [
+            {"name": "a", "datatype": "BYTES", "shape": [1], "data": ["p"]},
+            {"name": "b", "datatype": "BYTES", "shape": [1], "data": ["q"]},
+        ]
+    }
     assert server.test("/v2/models/s/infer", body)["outputs"][0]["data"] == ["pq"]

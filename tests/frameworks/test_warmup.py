@@ -43,11 +43,14 @@ def write_tfrecord(path: Path, signature: str, inputs: dict[str, np.ndarray]) ->
 
     with tf.io.TFRecordWriter(str(path)) as writer:
         for _ in range(2):
-            request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name="strings",
-                                                                                signature_name=signature))
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name="strings", signature_name=signature)
+            )
             for name, value in inputs.items():
                 request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
-            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
             writer.write(log.SerializeToString())
 
 
@@ -59,8 +62,11 @@ def serve(folder: Path) -> tuple[mlserve.GraphServer, CountingTF]:
 
 
 def test_tfrecord_warmup_runs_before_ready(version: Path) -> None:
-    write_tfrecord(version / TFRECORD_FILE, "concat",
-                   {"a": np.array([b"x", b"\xff"], dtype=object), "b": np.array([b"y", b"z"], dtype=object)})
+    write_tfrecord(
+        version / TFRECORD_FILE,
+        "concat",
+        {"a": np.array([b"x", b"\xff"], dtype=object), "b": np.array([b"y", b"z"], dtype=object)},
+    )
     write_tfrecord(version / "assets.extra" / "other", "", {})
     server, model = serve(version)
     assert model.ready and model.calls == 2
@@ -68,8 +74,10 @@ def test_tfrecord_warmup_runs_before_ready(version: Path) -> None:
 
 
 def test_json_warmup_both_forms(version: Path) -> None:
-    requests = [{"inputs": [[1.0, 2.0]]},
-                {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}]
+    requests = [
+        {"inputs": [[1.0, 2.0]]},
+        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]},
+    ]
     (version / JSON_FILE).write_text(json.dumps(requests))
     _, model = serve(version)
     assert model.ready and model.calls == 2
