@@ -111,6 +111,9 @@ class GraphServer:
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
         self.graph.init_object(self.context, namespace or getattr(self, "namespace", {}), self.load_mode)
+        from mlserve.http.tfserving import tfserving_handler  # TF Serving's /v1 REST API
+
+        self.add_handler(tfserving_handler)
 
     def iter_models(self) -> Any:
         return self.graph.iter_models() if self.graph is not None else iter(())
