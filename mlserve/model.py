@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mlserve.batching import batching_runner
 from mlserve.context import GraphContext
 from mlserve.monitoring.recorder import model_recorder
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
@@ -49,6 +50,8 @@ DEFAULT_LOAD_WAIT_SECONDS = 300.0
 class _SyncRunner:
     """Runs hooks directly: the dispatch driven by ``do_event``."""
 
+    counts_executions = False  # the batcher's runner counts its merged calls itself
+
     @staticmethod
     async def user(fn: Callable[..., Any], *args: Any) -> Any:
         result = fn(*args)
@@ -61,6 +64,8 @@ class _SyncRunner:
 
 class _AsyncRunner:
     """Awaits coroutine hooks on the loop; blocking waits go to the pool."""
+
+    counts_executions = False
 
     @staticmethod
     async def user(fn: Callable[..., Any], *args: Any) -> Any:
@@ -277,9 +282,13 @@ class V2ModelServer:
         return drive(self._dispatch(event, _SyncRunner))
 
     async def do_event_async(self, event: Event) -> Event:
-        """Handle one event from the loop: sync models run in the pool in one hop."""
+        """Handle one event from the loop: sync models run in the pool in one hop,
+        batched models (mlserve.batching) dispatch on the loop and predict in the pool."""
         if inspect.iscoroutinefunction(self.predict):
             return await self._dispatch(event, _AsyncRunner)
+        batched = batching_runner(self)
+        if batched is not None:
+            return await self._dispatch(event, batched)
         return await run_in_threadpool(self.do_event, event)
 
     async def _dispatch(self, event: Event, runner: Any) -> Event:
@@ -332,7 +341,8 @@ class V2ModelServer:
             hook = self.explain if op == "explain" else self.predict
             hook_ns = time.perf_counter_ns()
             outputs = await runner.user(hook, request)
-            self.stats.record_execution(1, time.perf_counter_ns() - hook_ns)
+            if not runner.counts_executions:
+                self.stats.record_execution(1, time.perf_counter_ns() - hook_ns)
             response = self.postprocess(self._envelope(request, outputs, event_id, start, op))
         except Exception as exc:
             elapsed_ns = time.perf_counter_ns() - started_ns

@@ -116,6 +116,9 @@ class GraphServer:
             from mlserve.monitoring import setup
 
             setup(self)  # the model-log stream and endpoint records (S8, S9)
+        from mlserve.http.tfserving import tfserving_handler  # TF Serving's /v1 REST API
+
+        self.add_handler(tfserving_handler)
 
     def iter_models(self) -> Any:
         return self.graph.iter_models() if self.graph is not None else iter(())

@@ -1,0 +1,310 @@
+"""Adaptive batching: concurrent tensor requests merged into one ``predict`` call (S11).
+
+A model opts in with ``max_batch_size`` (a class attribute or a parameter; 0
+is off). Parameters, all read with ``get_param``:
+
+- ``max_batch_size``: most rows in one call;
+- ``max_batch_time``: seconds a batch waits for company, measured from its
+  first request (default 0.002). A batch also starts when it is full, and
+  while every batch slot is busy it keeps filling: the batch size adapts to
+  the load;
+- ``num_batch_threads``: batches running at once (default 1);
+- ``max_queue_size``: requests waiting (not yet running) at most (default
+  ``10 * max_batch_size``); one more is refused with 429 TooManyRequests.
+
+Only tensor-form requests are merged, and only when they are compatible: the
+same input names, datatypes and trailing dimensions, the same requested
+outputs and the same parameters. Their tensors are concatenated along axis
+0, ``predict`` sees one merged request (its ``input_objects`` carry no data),
+and each output is split back by row counts. A result whose row count is not
+the batch's fails the requests of that batch (a 500 naming the counts) and
+no other. Rows-form requests, and requests larger than ``max_batch_size``,
+run alone.
+
+The batcher lives on the event loop; only the merged ``predict`` runs in the
+worker pool. With batching on, ``preprocess``/``validate``/``postprocess``
+run on the loop, so they must stay light (the defaults are).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from mlserve.protocol.errors import ModelError, TooManyRequests
+from mlserve.protocol.forms import InferenceRequest
+from mlserve.server.aio import run_in_threadpool
+from mlserve.stats import ModelStats
+
+__all__ = ["Batcher", "BatchingRunner", "batching_runner"]
+
+DEFAULT_BATCH_TIME = 0.002
+# parameters that change only how the answer is encoded, not what predict computes
+_ENCODING_PARAMETERS = ("binary_data_output",)
+
+
+@dataclass
+class _Pending:
+    request: InferenceRequest
+    rows: int
+    future: asyncio.Future[Any]
+
+
+@dataclass
+class _Batch:
+    key: Any
+    deadline: float
+    items: list[_Pending] = field(default_factory=list)
+    rows: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+def batch_key(request: InferenceRequest) -> tuple[Any, ...] | None:
+    """What requests must share to be merged; None when the request cannot be (no common rows)."""
+    tensors = request.tensors
+    leading = {array.shape[0] if array.ndim else None for array in tensors.values()}
+    if len(leading) != 1 or None in leading:
+        return None
+    shapes = tuple(
+        (name, array.dtype.str, array.shape[1:]) for name, array in sorted(tensors.items())
+    )
+    outputs = tuple(str(o.get("name")) for o in request.get("outputs") or () if isinstance(o, dict))
+    parameters = {
+        k: v for k, v in (request.get("parameters") or {}).items() if k not in _ENCODING_PARAMETERS
+    }
+    rest = {k: v for k, v in request.items() if k not in ("inputs", "outputs", "parameters", "id")}
+    return (
+        shapes,
+        outputs,
+        orjson.dumps([parameters, rest], default=str, option=orjson.OPT_SORT_KEYS),
+    )
+
+
+def merge(items: list[_Pending]) -> InferenceRequest:
+    """One request holding every item's rows, in order."""
+    first = items[0].request
+    tensors = {
+        name: np.concatenate([item.request.tensors[name] for item in items])
+        for name in first.tensors
+    }
+    merged = InferenceRequest(first)
+    merged.tensors = tensors
+    merged.input_objects = [
+        {
+            "name": obj["name"],
+            "datatype": obj["datatype"],
+            "shape": list(tensors[obj["name"]].shape),
+        }
+        for obj in first.input_objects
+    ]
+    merged["inputs"] = next(iter(tensors.values())) if len(tensors) == 1 else tensors
+    merged["id"] = None
+    return merged
+
+
+def _rows_of(name: str, value: Any, total: int) -> np.ndarray:
+    array = np.asarray(value)
+    rows = array.shape[0] if array.ndim else None
+    if rows != total:
+        raise ModelError(
+            f"batched predict returned {rows} rows for output '{name}', "
+            f"expected {total} (the rows of the merged requests)"
+        )
+    return array
+
+
+def split(result: Any, counts: list[int]) -> list[Any]:
+    """Cut a merged result back into one result per request, checking the row count."""
+    total = sum(counts)
+    offsets = np.cumsum([0, *counts])
+    if isinstance(result, dict):
+        arrays = {name: _rows_of(name, value, total) for name, value in result.items()}
+        return [
+            {name: array[offsets[i] : offsets[i + 1]] for name, array in arrays.items()}
+            for i in range(len(counts))
+        ]
+    if (
+        isinstance(result, list)
+        and result
+        and all(isinstance(o, dict) and "datatype" in o for o in result)
+    ):
+        raise ModelError(
+            "a batched predict must return an array or a dict of arrays, not tensor objects"
+        )
+    array = _rows_of("output-0", result, total)
+    return [array[offsets[i] : offsets[i + 1]] for i in range(len(counts))]
+
+
+class Batcher:
+    """Merges compatible requests of one model; see the module docstring."""
+
+    def __init__(
+        self,
+        predict: Callable[[Any], Any],
+        max_batch_size: int,
+        max_batch_time: float = DEFAULT_BATCH_TIME,
+        num_batch_threads: int = 1,
+        max_queue_size: int | None = None,
+        stats: ModelStats | None = None,
+    ) -> None:
+        self.predict = predict
+        self.max_batch_size = int(max_batch_size)
+        self.max_batch_time = float(max_batch_time)
+        self.num_batch_threads = max(1, int(num_batch_threads))
+        self.max_queue_size = int(max_queue_size or 10 * self.max_batch_size)
+        self.stats = stats if stats is not None else ModelStats()
+        self._open: dict[Any, _Batch] = {}  # accepting requests, by key
+        self._waiting: list[_Batch] = []  # not started, oldest first
+        self._queued = 0
+        self._running = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a batch slot."""
+        return self._queued
+
+    async def submit(self, request: InferenceRequest) -> Any:
+        """The result of ``predict`` for ``request``'s rows (run merged with others)."""
+        key = batch_key(request)
+        rows = next(iter(request.tensors.values())).shape[0] if key is not None else 0
+        if key is None or rows > self.max_batch_size:
+            return await self._run_alone(request)
+        if self._queued >= self.max_queue_size:
+            raise TooManyRequests(
+                f"the batching queue is full ({self.max_queue_size} requests waiting)"
+            )
+        loop = asyncio.get_running_loop()
+        pending = _Pending(request, rows, loop.create_future())
+        self._join(loop, key, pending)
+        self._start_due(loop)
+        return await pending.future
+
+    def _join(self, loop: asyncio.AbstractEventLoop, key: Any, pending: _Pending) -> None:
+        batch = self._open.get(key)
+        if batch is not None and batch.rows + pending.rows > self.max_batch_size:
+            del self._open[key]  # full: it starts at the next free slot
+            batch = None
+        if batch is None:
+            batch = _Batch(key, loop.time() + self.max_batch_time)
+            batch.timer = loop.call_at(batch.deadline, self._start_due, loop)
+            self._open[key] = batch
+            self._waiting.append(batch)
+        batch.items.append(pending)
+        batch.rows += pending.rows
+        self._queued += 1
+        if batch.rows >= self.max_batch_size:
+            del self._open[key]
+
+    def _start_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start batches that are full or past their window, while slots are free."""
+        now = loop.time()
+        while self._running < self.num_batch_threads:
+            due = next(
+                (b for b in self._waiting if b.deadline <= now or self._open.get(b.key) is not b),
+                None,
+            )
+            if due is None:
+                return
+            self._waiting.remove(due)
+            if self._open.get(due.key) is due:
+                del self._open[due.key]
+            if due.timer is not None:
+                due.timer.cancel()
+            self._queued -= len(due.items)
+            self._running += 1
+            task = loop.create_task(self._execute(loop, due))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
+        items = batch.items
+        started = time.perf_counter_ns()
+        try:
+            request = items[0].request if len(items) == 1 else merge(items)
+            result = await self._call(request)
+            parts = [result] if len(items) == 1 else split(result, [item.rows for item in items])
+        except Exception as exc:
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+        else:
+            for item, part in zip(items, parts, strict=True):
+                if not item.future.done():
+                    item.future.set_result(part)
+        finally:
+            self.stats.record_execution(batch.rows, time.perf_counter_ns() - started)
+            self._running -= 1
+            self._start_due(loop)
+
+    async def _run_alone(self, request: InferenceRequest) -> Any:
+        started = time.perf_counter_ns()
+        first = next(iter(request.tensors.values()), None)
+        rows = first.shape[0] if first is not None and first.ndim else 1
+        try:
+            return await self._call(request)
+        finally:
+            self.stats.record_execution(rows, time.perf_counter_ns() - started)
+
+    async def _call(self, request: Any) -> Any:
+        result = await run_in_threadpool(self.predict, request)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+class BatchingRunner:
+    """The dispatch runner of a batched model: ``predict`` of tensor requests goes
+    through the batcher, every other hook runs in the worker pool."""
+
+    counts_executions = True  # the batcher records one execution per merged call
+
+    def __init__(self, model: Any, batcher: Batcher) -> None:
+        self.model = model
+        self.batcher = batcher
+
+    async def user(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if fn == self.model.predict and isinstance(args[0], InferenceRequest):
+            return await self.batcher.submit(args[0])
+        started = time.perf_counter_ns()
+        result = await run_in_threadpool(fn, *args)
+        if inspect.isawaitable(result):
+            result = await result
+        if fn == self.model.predict:  # a request run alone is one execution
+            self.model.stats.record_execution(1, time.perf_counter_ns() - started)
+        return result
+
+    async def block(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await run_in_threadpool(fn, *args)
+
+
+def batching_runner(model: Any) -> BatchingRunner | None:
+    """The model's batching runner (made on first use), or None when it has not opted in."""
+    runner = model.__dict__.get("_batching_runner", False)
+    if runner is False:
+        runner = _make_runner(model)
+        model._batching_runner = runner
+    return runner
+
+
+def _make_runner(model: Any) -> BatchingRunner | None:
+    size = int(model.get_param("max_batch_size", getattr(model, "max_batch_size", 0)) or 0)
+    if size <= 0:
+        return None
+    batcher = Batcher(
+        model.predict,
+        max_batch_size=size,
+        max_batch_time=float(model.get_param("max_batch_time", DEFAULT_BATCH_TIME)),
+        num_batch_threads=int(model.get_param("num_batch_threads", 1)),
+        max_queue_size=model.get_param("max_queue_size", None),
+        stats=model.stats,
+    )
+    model.batcher = batcher
+    return BatchingRunner(model, batcher)

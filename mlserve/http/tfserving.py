@@ -1,0 +1,310 @@
+"""TensorFlow Serving's REST API (``/v1``), answered by the graph server (S10).
+
+    GET  /v1/models/<m>[/versions/<v>|/labels/<l>]            version status
+    GET  /v1/models/<m>[/versions/<v>|/labels/<l>]/metadata   signature_def
+    POST /v1/models/<m>[/versions/<v>|/labels/<l>]:predict    inference
+
+A predict request is turned into a V2 tensor request for the route ``m:v``
+and runs through the graph like any other (validation, batching, logging),
+then its outputs are written back the way TF Serving writes them:
+``instances`` (row form) answers ``predictions``, ``inputs`` (columnar form)
+answers ``outputs``. ``{"b64": ...}`` values are decoded to bytes, and bytes
+outputs are text when they are UTF-8 (``{"b64": ...}`` otherwise, and always
+for outputs named ``*_bytes``). ``signature_name`` selects a signature.
+
+Versions resolve through the model router (``m:v`` route keys; no version is
+the highest); a label resolves through ``server.repository.resolve_label(
+model, label) -> version`` when the server has a repository, else it is a 404.
+Errors are ``{"error": ...}`` with the status of their class (400 bad input,
+404 unknown model, version or label, 503 not ready, 501 classify/regress).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+import numpy as np
+
+from mlserve.graph.routers import BaseModelRouter, sorted_versions
+from mlserve.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady, NotSupported
+from mlserve.protocol.tensors import DATATYPES, decode_tensor, encode_tensor, loads
+from mlserve.server.events import Event, Response
+
+__all__ = ["tfserving_handler"]
+
+PREFIX = "/v1/models/"
+_PATH = re.compile(
+    r"^/v1/models/(?P<model>[^/:]+)"
+    r"(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?P<tail>/metadata|:[A-Za-z]+)?/?$"
+)
+
+# V2 datatype -> TensorFlow DataType enum name, for metadata of non-TF models
+DT_NAMES = {
+    "BOOL": "DT_BOOL",
+    "UINT8": "DT_UINT8",
+    "UINT16": "DT_UINT16",
+    "UINT32": "DT_UINT32",
+    "UINT64": "DT_UINT64",
+    "INT8": "DT_INT8",
+    "INT16": "DT_INT16",
+    "INT32": "DT_INT32",
+    "INT64": "DT_INT64",
+    "FP16": "DT_HALF",
+    "FP32": "DT_FLOAT",
+    "FP64": "DT_DOUBLE",
+    "BF16": "DT_BFLOAT16",
+    "BYTES": "DT_STRING",
+}
+
+
+async def tfserving_handler(server: Any, event: Event) -> Response | None:
+    """A ``GraphServer`` handler: answers ``/v1/models/...``, None for other paths."""
+    path = event.path or ""
+    if not path.startswith(PREFIX):
+        return None
+    router = getattr(server.graph, "object", None)
+    if not isinstance(router, BaseModelRouter) or router.url_prefix == PREFIX.rstrip("/"):
+        return None  # no model router, or one that serves /v1/models itself
+    match = _PATH.match(path)
+    if match is None:
+        raise ModelNotFound(f"illegal path {path}")
+    model, tail = match["model"], match["tail"] or ""
+    version = match["version"]
+    if match["label"]:
+        version = _resolve_label(server, model, match["label"])
+    if tail == ":predict" and event.method == "POST":
+        return Response(await _predict(server, router, event, _route_key(router, model, version)))
+    if tail.startswith(":"):
+        raise NotSupported(f"{tail[1:]} is not supported, use :predict")
+    if event.method != "GET":
+        raise InvalidInput(f"{event.method} {path} is not supported, use GET")
+    if tail == "/metadata":
+        return Response(_metadata(router, _route_key(router, model, version)))
+    return Response(_status(router, model, version))
+
+
+def _resolve_label(server: Any, model: str, label: str) -> str:
+    resolve = getattr(getattr(server, "repository", None), "resolve_label", None)
+    version = resolve(model, label) if resolve is not None else None
+    if version is None:
+        raise ModelNotFound(f"model {model} has no version labelled '{label}'")
+    return str(version)
+
+
+def _route_key(router: Any, model: str, version: str | None) -> str:
+    if version is None:
+        return str(router.resolve_key(model))
+    key = f"{model}:{version}"
+    if key not in router.routes:
+        raise ModelNotFound(f"model {model} has no version {version}")
+    return key
+
+
+# ---- status and metadata -----------------------------------------------------------
+
+
+def _status(router: BaseModelRouter, model: str, version: str | None) -> dict[str, Any]:
+    if version is not None:
+        keys = [_route_key(router, model, version)]
+    else:
+        keys = [key for key in router.routes if key.partition(":")[0] == model]
+        if not keys:
+            raise ModelNotFound(f"Could not find any versions of model {model}")
+        by_version = {key.partition(":")[2]: key for key in keys}
+        keys = [by_version[v] for v in sorted_versions(list(by_version))]
+    return {"model_version_status": [_version_status(router.routes[key].object) for key in keys]}
+
+
+def _version_status(model: Any) -> dict[str, Any]:
+    if model.ready:
+        state, code, message = "AVAILABLE", "OK", ""
+    elif model.error:
+        state, code, message = "END", "UNKNOWN", model.error
+    else:
+        state, code, message = "LOADING", "OK", ""
+    status = {"error_code": code, "error_message": message}
+    return {"version": model.version, "state": state, "status": status}
+
+
+def _metadata(router: BaseModelRouter, key: str) -> dict[str, Any]:
+    model = _ready_model(router, key)
+    defs = model.signature_defs() if hasattr(model, "signature_defs") else _signature_defs(model)
+    spec = {"name": model.name, "signature_name": "", "version": model.version}
+    return {"model_spec": spec, "metadata": {"signature_def": {"signature_def": defs}}}
+
+
+def _signature_defs(model: Any) -> dict[str, Any]:
+    """A ``serving_default`` signature from a model's declared inputs and outputs."""
+
+    def tensors(declared: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            spec["name"]: {
+                "dtype": DT_NAMES.get(spec.get("datatype", ""), "DT_INVALID"),
+                "tensor_shape": {
+                    "dim": [{"size": str(d), "name": ""} for d in spec.get("shape") or []],
+                    "unknown_rank": spec.get("shape") is None,
+                },
+                "name": spec["name"],
+            }
+            for spec in declared
+        }
+
+    return {
+        "serving_default": {
+            "inputs": tensors(model.inputs),
+            "outputs": tensors(model.outputs),
+            "method_name": "tensorflow/serving/predict",
+        }
+    }
+
+
+def _ready_model(router: BaseModelRouter, key: str) -> Any:
+    model = router.routes[key].object
+    if not model.ready:
+        raise ModelNotReady(f"model {key} is not ready: {model.error or 'loading'}")
+    return model
+
+
+# ---- predict -------------------------------------------------------------------------
+
+
+async def _predict(server: Any, router: BaseModelRouter, event: Event, key: str) -> dict[str, Any]:
+    body = event.body if isinstance(event.body, dict) else loads(event.body or b"")
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    model = _ready_model(router, key)
+    signature = body.get("signature_name")
+    declared = (
+        model.signature(signature).inputs
+        if signature and hasattr(model, "signature")
+        else model.inputs
+    )
+    if "instances" in body:
+        columns, row_form = _from_instances(_decode_b64(body["instances"]), declared), True
+    elif "inputs" in body:
+        columns, row_form = _from_columns(_decode_b64(body["inputs"]), declared), False
+    else:
+        raise InvalidInput('the request needs "instances" (row form) or "inputs" (columnar form)')
+    event.body = _v2_request(columns, declared, signature)
+    name, _, version = key.partition(":")
+    event.path = (
+        f"{router.url_prefix}/{name}" + (f"/versions/{version}" if version else "") + "/infer"
+    )
+    answer = (await server.graph.run_async(event)).body
+    outputs = {o["name"]: (o["name"], decode_tensor(o)) for o in answer["outputs"]}
+    if row_form:
+        return {"predictions": _predictions(list(outputs.values()))}
+    if len(outputs) == 1:
+        return {"outputs": _json(*next(iter(outputs.values())))}
+    return {"outputs": {name: _json(name, array) for name, array in outputs.values()}}
+
+
+def _decode_b64(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and "b64" in value:
+            try:
+                return base64.b64decode(value["b64"], validate=True)
+            except (ValueError, TypeError):
+                raise InvalidInput(f"bad base64 value {str(value['b64'])[:40]!r}") from None
+        return {key: _decode_b64(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decode_b64(item) for item in value]
+    return value
+
+
+def _single_name(declared: list[dict[str, Any]]) -> str:
+    if len(declared) > 1:
+        names = sorted(spec["name"] for spec in declared)
+        raise InvalidInput(f"the model takes several inputs {names}: name them")
+    return str(declared[0]["name"]) if declared else "inputs"
+
+
+def _from_instances(instances: Any, declared: list[dict[str, Any]]) -> dict[str, Any]:
+    if not isinstance(instances, list) or not instances:
+        raise InvalidInput('"instances" must be a non-empty list')
+    if not all(isinstance(row, dict) for row in instances):
+        return {_single_name(declared): instances}
+    names = list(instances[0])
+    for index, row in enumerate(instances):
+        if sorted(row) != sorted(names):
+            raise InvalidInput(
+                f"instance {index} has inputs {sorted(row)}, expected {sorted(names)}"
+            )
+    return {name: [row[name] for row in instances] for name in names}
+
+
+def _from_columns(inputs: Any, declared: list[dict[str, Any]]) -> dict[str, Any]:
+    if isinstance(inputs, dict):
+        return inputs
+    return {_single_name(declared): inputs}
+
+
+def _v2_request(
+    columns: dict[str, Any], declared: list[dict[str, Any]], signature: Any
+) -> dict[str, Any]:
+    types = {spec["name"]: spec.get("datatype") for spec in declared}
+    if len(declared) == 1 and len(columns) == 1:
+        types = {next(iter(columns)): declared[0].get("datatype")}
+    tensors = [
+        encode_tensor(name, _array(name, value, types.get(name)), types.get(name), binary=True)
+        for name, value in columns.items()
+    ]
+    parameters: dict[str, Any] = {"binary_data_output": True}
+    if signature:
+        parameters["signature_name"] = str(signature)
+    return {"inputs": tensors, "parameters": parameters}
+
+
+def _array(name: str, value: Any, datatype: str | None) -> np.ndarray:
+    try:
+        if datatype == "BYTES" or (datatype is None and _has_text(value)):
+            return np.array(value, dtype=object)
+        array = np.asarray(value, dtype=DATATYPES[datatype] if datatype else None)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"input '{name}' is not a {datatype or 'numeric'} tensor: {exc}"
+        ) from None
+    if array.dtype == object:
+        raise InvalidInput(f"input '{name}' is ragged or mixes types")
+    return array
+
+
+def _has_text(value: Any) -> bool:
+    while isinstance(value, list) and value:
+        value = value[0]
+    return isinstance(value, (str, bytes))
+
+
+def _predictions(outputs: list[tuple[str, np.ndarray]]) -> list[Any]:
+    if len(outputs) == 1:
+        return _json(*outputs[0])  # type: ignore[no-any-return]
+    rows = {len(array) if array.ndim else 1 for _, array in outputs}
+    if len(rows) != 1:
+        raise InvalidInput(
+            'the outputs have different batch sizes: use the columnar form ("inputs")'
+        )
+    count = rows.pop()
+    return [{name: _json(name, array[i]) for name, array in outputs} for i in range(count)]
+
+
+def _json(name: str, array: np.ndarray) -> Any:
+    """TF Serving's JSON of an output: bytes as text, or ``{"b64"}`` (always for ``*_bytes``)."""
+    array = np.asarray(array)
+    if array.dtype != object:
+        return array.tolist()
+    always = name.endswith("_bytes")
+    return np.vectorize(lambda v: _bytes_json(v, always), otypes=[object])(array).tolist()
+
+
+def _bytes_json(value: Any, always_b64: bool) -> Any:
+    if not isinstance(value, bytes):
+        return value
+    if not always_b64:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(value).decode("ascii")}
