@@ -1,9 +1,9 @@
 """Throughput with tracking on, as a ratio of tracking off (goal: >= 0.85).
 
-Serves one small model over real HTTP (``python -m mlserve serve``) three
-times: tracking off, tracking to a file, tracking to Kafka (a local tansu
+Serves one small model over real HTTP (``python -m mlserve serve``) interleaved
+rounds (default 3): tracking off, tracking to a file, tracking to Kafka (a local tansu
 broker); loads each with wrk (POST, keep-alive) and prints requests/second
-and the ratio to tracking off.
+and the ratio to tracking off (medians of the rounds).
 
     python benchmarks/tracking.py [--seconds 10] [--connections 16]
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,7 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; best of each")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; median of each")
     args = parser.parse_args()
     broker = start_kafka()
     try:
@@ -90,17 +91,18 @@ def main() -> None:
             (workdir / "post.lua").write_text(LUA)
             configs = {"off": "", "file": str(workdir / "logs.jsonl"),
                        "kafka": f"kafka://{broker.url}?topic=bench"}
-            best = dict.fromkeys(configs, 0.0)
+            runs: dict[str, list[float]] = {name: [] for name in configs}
             for _ in range(args.rounds):
                 for name, stream in configs.items():
-                    best[name] = max(best[name], measure(stream, args.seconds, args.connections,
-                                                         workdir))
+                    runs[name].append(measure(stream, args.seconds, args.connections, workdir))
                     time.sleep(1)
     finally:
         broker.stop()
-    print(f"{'tracking':<10}{'req/s':>10}{'ratio':>8}")
-    for name, rate in best.items():
-        print(f"{name:<10}{rate:>10.0f}{rate / best['off']:>8.2f}")
+    medians = {name: statistics.median(rates) for name, rates in runs.items()}
+    print(f"{'tracking':<10}{'median req/s':>14}{'ratio':>8}   runs")
+    for name, rate in medians.items():
+        each = " ".join(f"{r:.0f}" for r in runs[name])
+        print(f"{name:<10}{rate:>14.0f}{rate / medians['off']:>8.2f}   {each}")
 
 
 if __name__ == "__main__":

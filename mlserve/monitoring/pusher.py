@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -86,11 +87,11 @@ class StreamPusher:
         self.flush_after = flush_after
         self.max_queue = max_queue
         self.sent = self.failed = self.dropped = 0
-        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=max_queue)
         self._pending: collections.deque[dict[str, Any]] = collections.deque()
         self._batches: dict[int, _Batch] = {}
         self._fields: dict[int, rec.ModelFields] = {}
-        self._counts: dict[int, int] = {}
+        self._counts: dict[int, Iterator[int]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._flush_now = False
@@ -119,12 +120,8 @@ class StreamPusher:
         metrics: dict[str, Any] | None = None,
     ) -> None:
         """Log one successful call (every ``sample``-th of this model)."""
-        if self.sample > 1:
-            key = id(model)
-            with self._lock:
-                count = self._counts[key] = self._counts.get(key, 0) + 1
-            if count % self.sample:
-                return
+        if self.sample > 1 and next(self._counter(model)) % self.sample:
+            return
         self._enqueue((model, start, request, response, op, microsec, metrics))
 
     def push_error(
@@ -137,15 +134,26 @@ class StreamPusher:
         self._enqueue((model, start, request, None, op, None, error))
         self._wake.set()
 
+    def _counter(self, model: Any) -> Iterator[int]:
+        """The call counter of ``model`` (``next()`` on it is atomic: no lock)."""
+        counter = self._counts.get(id(model))
+        if counter is None:
+            counter = self._counts.setdefault(id(model), itertools.count(1))
+        return counter
+
     def _enqueue(self, item: tuple[Any, ...]) -> None:
+        """An append to a deque (atomic): no lock, no allocation besides ``item``."""
+        if self._closing:  # a server used again after wait_for_completion()
+            self._restart()
+        if len(self._inbox) >= self.max_queue:
+            self._count_dropped(1)  # the bounded deque drops the oldest itself
+        self._inbox.append(item)
+
+    def _restart(self) -> None:
         with self._lock:
-            if self._closing:  # a server used again after wait_for_completion()
+            if self._closing:
                 self._closing = False
                 self._thread = self._start()
-            if len(self._inbox) >= self.max_queue:
-                self._inbox.popleft()
-                self._count_dropped(1)
-            self._inbox.append(item)
 
     # ---- control -------------------------------------------------------------------
 
@@ -276,7 +284,8 @@ class StreamPusher:
         self._metrics[1].inc(count)
 
     def _count_dropped(self, count: int) -> None:
-        self.dropped += count
+        with self._lock:  # request threads and the sender both drop
+            self.dropped += count
         self._metrics[2].inc(count)
 
 

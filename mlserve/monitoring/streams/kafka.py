@@ -1,14 +1,27 @@
 """``kafka://host:port[,host:port]?topic=t``: records produced to a Kafka topic.
 
+The producer is confluent-kafka (librdkafka, C), not kafka-python: a
+``produce()`` costs a few microseconds of Python, and batching, sending and
+retrying run in librdkafka's own threads without the GIL. kafka-python spent
+about 40 µs of Python per message, which on a small machine took a third of
+the serving thread's CPU (docs/monitoring.md, "Performance").
+
 The topic is created by producing to it (brokers that auto-create topics,
 tansu included). Records are keyed by model name, so one model's records keep
-their order in one partition; ``max_in_flight_requests_per_connection=1``
-keeps it across retries. A failed send closes the producer and raises; the
-pusher retries the whole push (at-least-once).
+their order in one partition; ``max.in.flight.requests.per.connection=1``
+keeps it across librdkafka's own retries (idempotence is not asked for: not
+every Kafka-protocol broker has it). ``push`` waits (without the GIL) until
+every record has its delivery report; when any failed or did not come in
+time, what is still queued is purged and ``push`` raises, and the pusher
+retries the whole push (at-least-once).
+
+``stream_args`` are librdkafka producer properties (``{"linger.ms": 20}``);
+librdkafka's log lines go to the ``mlserve.monitoring.kafka`` logger.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -17,58 +30,78 @@ from mlserve.protocol.tensors import dumps
 __all__ = ["KafkaStream"]
 
 DEFAULT_TOPIC = "mlserve-model-logs"
-SEND_TIMEOUT = 10.0
+DEFAULTS: dict[str, Any] = {
+    "linger.ms": 5,
+    "message.timeout.ms": 10000,
+    "socket.timeout.ms": 5000,
+    "max.in.flight.requests.per.connection": 1,
+    "enable.idempotence": False,
+    "reconnect.backoff.ms": 50,
+    "reconnect.backoff.max.ms": 1000,
+}
+GRACE_SECONDS = 2.0  # past message.timeout.ms, for the last delivery reports
+
+
+class KafkaDeliveryError(RuntimeError):
+    """Some records of a push were not delivered."""
 
 
 class KafkaStream:
-    """A kafka-python producer; ``stream_args`` are producer options."""
+    """A confluent-kafka producer; ``stream_args`` are librdkafka producer properties."""
 
     def __init__(self, url: str, topic: str | None = None, **producer_args: Any) -> None:
         parts = urlsplit(url)
         query = parse_qs(parts.query)
         self.bootstrap = parts.netloc
         self.topic = topic or query.get("topic", [DEFAULT_TOPIC])[0] or DEFAULT_TOPIC
-        self.producer_args = {
-            "linger_ms": 5,
-            "max_block_ms": 5000,
-            "request_timeout_ms": 5000,
-            "delivery_timeout_ms": 10000,
-            "retries": 2,
-            "max_in_flight_requests_per_connection": 1,
+        self.config = {
+            **DEFAULTS,
+            "logger": logging.getLogger("mlserve.monitoring.kafka"),
             **producer_args,
+            "bootstrap.servers": self.bootstrap,
         }
+        self._wait = float(self.config["message.timeout.ms"]) / 1000 + GRACE_SECONDS
         self._producer: Any = None
+        self._errors: list[Any] = []
 
     def _connect(self) -> Any:
-        from kafka import KafkaProducer
+        from confluent_kafka import Producer
 
-        self._producer = KafkaProducer(
-            bootstrap_servers=self.bootstrap.split(","), **self.producer_args
-        )
+        self._producer = Producer(self.config)
         return self._producer
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self._errors.append(error)
 
     def push(self, records: list[dict[str, Any]]) -> None:
         producer = self._producer or self._connect()
+        self._errors.clear()
+        produce, topic, delivered = producer.produce, self.topic, self._delivered
         try:
-            futures = [
-                producer.send(self.topic, value=dumps(record), key=_key(record))
-                for record in records
-            ]
-            producer.flush(SEND_TIMEOUT)
-            for future in futures:
-                future.get(SEND_TIMEOUT)
-        except Exception:
-            self.close()
-            raise
+            for record in records:
+                produce(topic, dumps(record), _key(record), on_delivery=delivered)
+        except BufferError as exc:  # librdkafka's own queue is full
+            self._give_up(producer)
+            raise KafkaDeliveryError(f"producer queue full: {exc}") from exc
+        if producer.flush(self._wait) or self._errors:
+            self._give_up(producer)
+            first = self._errors[0] if self._errors else "no delivery report in time"
+            raise KafkaDeliveryError(f"{len(self._errors) or len(records)} not delivered: {first}")
+
+    def _give_up(self, producer: Any) -> None:
+        """Drop what is still queued, so a retried push does not race it."""
+        producer.purge()
+        producer.flush(0)
 
     def flush(self) -> None:
         if self._producer is not None:
-            self._producer.flush(SEND_TIMEOUT)
+            self._producer.flush(self._wait)
 
     def close(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
-            producer.close(timeout=0)
+            producer.flush(0)
 
 
 def _key(record: dict[str, Any]) -> bytes:
