@@ -3,7 +3,10 @@
 Serves one small model over real HTTP (``python -m mlserve serve``) interleaved
 rounds (default 3): tracking off, tracking to a file, tracking to Kafka (a local tansu
 broker); loads each with wrk (POST, keep-alive) and prints requests/second
-and the ratio to tracking off (medians of the rounds).
+and the ratio to tracking off (medians of the rounds), and the server's CPU
+per request (``cpu ratio`` = CPU per request off / on: the throughput ratio a
+CPU-bound server would reach, which moves less when other jobs share the
+machine).
 
     python benchmarks/tracking.py [--seconds 10] [--connections 16]
 """
@@ -54,7 +57,14 @@ wrk.headers["Content-Type"] = "application/json"
 '''
 
 
-def measure(stream: str, seconds: int, connections: int, workdir: Path) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (all its threads, librdkafka's included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(stream: str, seconds: int, connections: int, workdir: Path) -> tuple[float, float]:
+    """Requests/second, and the server's CPU microseconds per request."""
     port = free_port()
     env = {**os.environ, "BENCH_STREAM": stream, "MLSERVE_DATA_DIR": str(workdir / "data")}
     server = subprocess.Popen(
@@ -66,12 +76,15 @@ def measure(stream: str, seconds: int, connections: int, workdir: Path) -> float
         url = f"http://127.0.0.1:{port}/v2/models/m/infer"
         wrk = ["wrk", "-t1", f"-c{connections}", "-s", str(workdir / "post.lua"), url]
         subprocess.run([*wrk[:1], "-d2s", *wrk[1:]], capture_output=True, check=True)  # warm-up
+        cpu = cpu_seconds(server.pid)
         out = subprocess.run([*wrk[:1], f"-d{seconds}s", *wrk[1:]], capture_output=True,
                              text=True, check=True).stdout
-        match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-        if match is None or "Non-2xx" in out:
+        cpu = cpu_seconds(server.pid) - cpu
+        rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+        total = re.search(r"(\d+) requests in", out)
+        if rate is None or total is None or "Non-2xx" in out:
             raise RuntimeError(f"wrk failed:\n{out}")
-        return float(match.group(1))
+        return float(rate.group(1)), cpu * 1e6 / int(total.group(1))
     finally:
         server.terminate()
         server.wait(30)
@@ -91,18 +104,25 @@ def main() -> None:
             (workdir / "post.lua").write_text(LUA)
             configs = {"off": "", "file": str(workdir / "logs.jsonl"),
                        "kafka": f"kafka://{broker.url}?topic=bench"}
-            runs: dict[str, list[float]] = {name: [] for name in configs}
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
             for _ in range(args.rounds):
                 for name, stream in configs.items():
                     runs[name].append(measure(stream, args.seconds, args.connections, workdir))
                     time.sleep(1)
     finally:
         broker.stop()
-    medians = {name: statistics.median(rates) for name, rates in runs.items()}
-    print(f"{'tracking':<10}{'median req/s':>14}{'ratio':>8}   runs")
-    for name, rate in medians.items():
-        each = " ".join(f"{r:.0f}" for r in runs[name])
-        print(f"{name:<10}{rate:>14.0f}{rate / medians['off']:>8.2f}   {each}")
+    report(runs)
+
+
+def report(runs: dict[str, list[tuple[float, float]]]) -> None:
+    """Medians of throughput and of CPU per request; the CPU ratio moves less with other load."""
+    rates = {name: statistics.median(r for r, _ in each) for name, each in runs.items()}
+    cpus = {name: statistics.median(c for _, c in each) for name, each in runs.items()}
+    print(f"{'tracking':<10}{'req/s':>8}{'ratio':>7}{'cpu us/req':>12}{'cpu ratio':>11}   runs")
+    for name, each in runs.items():
+        listed = " ".join(f"{r:.0f}" for r, _ in each)
+        print(f"{name:<10}{rates[name]:>8.0f}{rates[name] / rates['off']:>7.2f}"
+              f"{cpus[name]:>12.1f}{cpus['off'] / cpus[name]:>11.2f}   {listed}")
 
 
 if __name__ == "__main__":
