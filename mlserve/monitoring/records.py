@@ -78,11 +78,11 @@ class ModelFields:
         self.model = model
         self.worker = worker
         self.function_uri = function_uri
-        self._base = self._fields()
+        self.fields = self._fields()  # computed once per model; never changed
 
     def base(self) -> dict[str, Any]:
-        """A fresh copy of the fields (computed once per model)."""
-        return self._base.copy()
+        """A fresh copy of the fields."""
+        return self.fields.copy()
 
     def _fields(self) -> dict[str, Any]:
         model = self.model
@@ -103,14 +103,14 @@ class ModelFields:
 def success_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]:
     """One record of one call: ``call`` = (start, request, response, op, microsec, metrics)."""
     start, request, response, op, microsec, metrics = call
-    record = fields.base()
-    record.update(
-        request=_plain_request(request),
-        op=op,
-        resp=_plain_response(response),
-        when=when(start),
-        microsec=microsec,
-    )
+    record = {
+        **fields.fields,
+        "request": _plain_request(request),
+        "op": op,
+        "resp": _plain_response(response),
+        "when": when(start),
+        "microsec": microsec,
+    }
     if metrics:
         record["metrics"] = metrics
     return record

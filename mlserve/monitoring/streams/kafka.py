@@ -11,7 +11,8 @@ tansu included). Records are keyed by model name, so one model's records keep
 their order in one partition; ``max.in.flight.requests.per.connection=1``
 keeps it across librdkafka's own retries (idempotence is not asked for: not
 every Kafka-protocol broker has it). ``push`` waits (without the GIL) until
-every record has its delivery report; when any failed or did not come in
+every record has its delivery report (only failures call back into Python:
+``delivery.report.only.error``); when any failed or did not come in
 time, what is still queued is purged and ``push`` raises, and the pusher
 retries the whole push (at-least-once).
 
@@ -38,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "enable.idempotence": False,
     "reconnect.backoff.ms": 50,
     "reconnect.backoff.max.ms": 1000,
+    "delivery.report.only.error": True,  # no Python call per delivered record
 }
 GRACE_SECONDS = 2.0  # past message.timeout.ms, for the last delivery reports
 
@@ -58,9 +60,11 @@ class KafkaStream:
             **DEFAULTS,
             "logger": logging.getLogger("mlserve.monitoring.kafka"),
             **producer_args,
+            "on_delivery": self._delivered,
             "bootstrap.servers": self.bootstrap,
         }
-        self._wait = float(self.config["message.timeout.ms"]) / 1000 + GRACE_SECONDS
+        timeout = self.config.get("delivery.timeout.ms", self.config["message.timeout.ms"])
+        self._wait = float(timeout) / 1000 + GRACE_SECONDS  # (the alias, set later, wins)
         self._producer: Any = None
         self._errors: list[Any] = []
 
@@ -77,10 +81,10 @@ class KafkaStream:
     def push(self, records: list[dict[str, Any]]) -> None:
         producer = self._producer or self._connect()
         self._errors.clear()
-        produce, topic, delivered = producer.produce, self.topic, self._delivered
+        produce, topic = producer.produce, self.topic
         try:
             for record in records:
-                produce(topic, dumps(record), _key(record), on_delivery=delivered)
+                produce(topic, dumps(record), _key(record))
         except BufferError as exc:  # librdkafka's own queue is full
             self._give_up(producer)
             raise KafkaDeliveryError(f"producer queue full: {exc}") from exc
