@@ -211,41 +211,36 @@ class StreamPusher:
                 return
 
     def _drain(self) -> None:
-        done = 0
-        while self._inbox:
+        inbox, done = self._inbox, 0
+        while inbox:
             done += 1
             if done % YIELD_EVERY == 0:
                 time.sleep(0)  # bursts of ~1 ms; a sleep(0) costs more than a few records
-            item = self._inbox.popleft()
+            call = inbox.popleft()
             try:
-                self._accept(item)
+                self._accept(call)
             except Exception:
                 logger.exception("model-log stream: cannot build a record; skipped")
                 self._count_dropped(1)
 
-    def _accept(self, item: tuple[Any, ...]) -> None:
-        model, start, request, response, op, microsec, extra = item
-        fields = self._fields_of(model)
-        if microsec is None:
-            self._add_pending(rec.error_record(fields, start, request, op, extra))
+    def _accept(self, call: tuple[Any, ...]) -> None:
+        """Turn a call (model, start, request, response, op, microsec, metrics) into a record."""
+        model = call[0]
+        fields = self._fields.get(id(model)) or self._new_fields(model)
+        if call[5] is None:
+            self._add_pending(rec.error_record(fields, call))
         elif self.batch == 1:
-            self._add_pending(
-                rec.success_record(fields, (start, request, response, op, microsec, extra))
-            )
+            self._add_pending(rec.success_record(fields, call))
         else:
             batch = self._batches.get(id(model))
             if batch is None:
                 batch = self._batches[id(model)] = _Batch(fields)
-            batch.rows.append(rec.batch_row((start, request, response, op, microsec, extra)))
+            batch.rows.append(rec.batch_row(call))
             if len(batch.rows) >= self.batch:
                 self._add_pending(self._batches.pop(id(model)).record())
 
-    def _fields_of(self, model: Any) -> rec.ModelFields:
-        fields = self._fields.get(id(model))
-        if fields is None:
-            fields = self._fields[id(model)] = rec.ModelFields(
-                model, self.worker, self.function_uri
-            )
+    def _new_fields(self, model: Any) -> rec.ModelFields:
+        fields = self._fields[id(model)] = rec.ModelFields(model, self.worker, self.function_uri)
         return fields
 
     def _close_batches(self, force: bool) -> None:

@@ -101,8 +101,9 @@ class ModelFields:
 
 
 def success_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]:
-    """One record of one call: ``call`` = (start, request, response, op, microsec, metrics)."""
-    start, request, response, op, microsec, metrics = call
+    """One record of one call: ``call`` = (model, start, request, response, op, microsec,
+    metrics)."""
+    _, start, request, response, op, microsec, metrics = call
     record = {
         **fields.fields,
         "request": _plain_request(request),
@@ -118,7 +119,7 @@ def success_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]
 
 def batch_row(call: tuple[Any, ...]) -> list[Any]:
     """One row of a batched record, in the order of ``BATCH_HEADERS``."""
-    start, request, response, op, microsec, metrics = call
+    _, start, request, response, op, microsec, metrics = call
     return [
         _plain_request(request),
         op,
@@ -129,9 +130,13 @@ def batch_row(call: tuple[Any, ...]) -> list[Any]:
     ]
 
 
-def error_record(
-    fields: ModelFields, start: datetime, request: Any, op: str, error: str
-) -> dict[str, Any]:
-    record = fields.base()
-    record.update(request=_plain_request(request), op=op, when=when(start), error=error)
-    return record
+def error_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]:
+    """The record of a failed call: ``call`` = (model, start, request, None, op, None, error)."""
+    _, start, request, _, op, _, error = call
+    return {
+        **fields.fields,
+        "request": _plain_request(request),
+        "op": op,
+        "when": when(start),
+        "error": error,
+    }
