@@ -38,8 +38,8 @@ logger = logging.getLogger("mlserve.monitoring")
 
 IDLE_WAKE_SECONDS = 0.05
 MAX_RETRY_PAUSE = 2.0
-MAX_PUSH = 100  # records per push to the target
-YIELD_EVERY = 256  # calls turned into records between two hand-overs of the GIL
+MAX_PUSH = 100  # records per push to the target; also calls turned into records at a time
+WAKE_AT = 16  # calls in the inbox that wake the sender before its idle pause is over
 
 
 class _Batch:
@@ -145,9 +145,12 @@ class StreamPusher:
         """An append to a deque (atomic): no lock, no allocation besides ``item``."""
         if self._closing:  # a server used again after wait_for_completion()
             self._restart()
-        if len(self._inbox) >= self.max_queue:
+        inbox = self._inbox
+        if len(inbox) >= self.max_queue:
             self._count_dropped(1)  # the bounded deque drops the oldest itself
-        self._inbox.append(item)
+        inbox.append(item)
+        if len(inbox) == WAKE_AT:
+            self._wake.set()
 
     def _restart(self) -> None:
         with self._lock:
@@ -203,19 +206,21 @@ class StreamPusher:
                 self._busy = False
 
     def _step(self) -> None:
-        self._drain()
+        """Records in small chunks, each sent at once: calls and records die young (see
+        "Performance" in docs/monitoring.md: held longer, they cost the GC more than the sender)."""
         force, self._flush_now = self._flush_now, False
-        self._close_batches(force)
-        while self._pending and (force or time.monotonic() >= self._retry_at):
-            if not self._send():
+        while True:
+            self._drain(MAX_PUSH)
+            self._close_batches(force)
+            while self._pending and (force or time.monotonic() >= self._retry_at):
+                if not self._send():
+                    return
+            if not self._inbox:
                 return
 
-    def _drain(self) -> None:
-        inbox, done = self._inbox, 0
-        while inbox:
-            done += 1
-            if done % YIELD_EVERY == 0:
-                time.sleep(0)  # bursts of ~1 ms; a sleep(0) costs more than a few records
+    def _drain(self, limit: int) -> None:
+        inbox = self._inbox
+        for _ in range(min(limit, len(inbox))):
             call = inbox.popleft()
             try:
                 self._accept(call)
