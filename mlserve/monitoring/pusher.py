@@ -215,8 +215,8 @@ class StreamPusher:
             while self._pending and (force or time.monotonic() >= self._retry_at):
                 if not self._send():
                     return
-            if not self._inbox:
-                return
+            if len(self._inbox) < (1 if force else WAKE_AT):
+                return  # a few calls wait for the next wake: no tiny pushes
 
     def _drain(self, limit: int) -> None:
         inbox = self._inbox
