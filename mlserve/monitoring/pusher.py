@@ -39,7 +39,7 @@ logger = logging.getLogger("mlserve.monitoring")
 IDLE_WAKE_SECONDS = 0.05
 MAX_RETRY_PAUSE = 2.0
 MAX_PUSH = 100  # records per push to the target; also calls turned into records at a time
-WAKE_AT = 16  # calls in the inbox that wake the sender before its idle pause is over
+WAKE_AT = 64  # calls in the inbox that wake the sender before its idle pause is over
 
 
 class _Batch:
