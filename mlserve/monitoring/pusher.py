@@ -31,6 +31,7 @@ from typing import Any
 
 from mlserve.monitoring import records as rec
 from mlserve.monitoring.streams import StreamTarget
+from mlserve.protocol.tensors import dumps
 
 __all__ = ["StreamPusher"]
 
@@ -39,7 +40,7 @@ logger = logging.getLogger("mlserve.monitoring")
 IDLE_WAKE_SECONDS = 0.05
 MAX_RETRY_PAUSE = 2.0
 MAX_PUSH = 100  # records per push to the target; also calls turned into records at a time
-WAKE_AT = 64  # calls in the inbox that wake the sender before its idle pause is over
+WAKE_AT = 16  # calls in the inbox that wake the sender before its idle pause is over
 
 
 class _Batch:
@@ -88,7 +89,11 @@ class StreamPusher:
         self.max_queue = max_queue
         self.sent = self.failed = self.dropped = 0
         self._inbox: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=max_queue)
-        self._pending: collections.deque[dict[str, Any]] = collections.deque()
+        # Targets with push_json get records as JSON bytes (and keys: model names), encoded
+        # as soon as they are built; the others get dicts.
+        self._encoded = callable(getattr(target, "push_json", None))
+        self._pending: collections.deque[Any] = collections.deque()
+        self._keys: collections.deque[bytes] = collections.deque()
         self._batches: dict[int, _Batch] = {}
         self._fields: dict[int, rec.ModelFields] = {}
         self._counts: dict[int, Iterator[int]] = {}
@@ -195,28 +200,31 @@ class StreamPusher:
 
     def _run(self) -> None:
         while not self._closing:
-            self._wake.wait(IDLE_WAKE_SECONDS)
+            idle = not self._wake.wait(IDLE_WAKE_SECONDS)
             self._wake.clear()
             self._busy = True
             try:
-                self._step()
+                self._step(idle)
             except Exception:  # the sender must outlive any bad record
                 logger.exception("model-log stream: sender step failed")
             finally:
                 self._busy = False
 
-    def _step(self) -> None:
-        """Records in small chunks, each sent at once: calls and records die young (see
-        "Performance" in docs/monitoring.md: held longer, they cost the GC more than the sender)."""
+    def _step(self, idle: bool) -> None:
+        """Calls become records in small chunks, so they die young (held longer, they cost
+        the GC more than the sender: docs/monitoring.md, "Performance"). Encoded records
+        wait for a full push (or the idle pause, or a flush); dicts are sent at once."""
         force, self._flush_now = self._flush_now, False
         while True:
             self._drain(MAX_PUSH)
             self._close_batches(force)
-            while self._pending and (force or time.monotonic() >= self._retry_at):
-                if not self._send():
+            full = not self._encoded or len(self._pending) >= MAX_PUSH
+            while self._pending and (full or idle or force):
+                if not (force or time.monotonic() >= self._retry_at) or not self._send():
                     return
+                full = not self._encoded or len(self._pending) >= MAX_PUSH
             if len(self._inbox) < (1 if force else WAKE_AT):
-                return  # a few calls wait for the next wake: no tiny pushes
+                return  # a few calls wait for the next wake
 
     def _drain(self, limit: int) -> None:
         inbox = self._inbox
@@ -233,16 +241,17 @@ class StreamPusher:
         model = call[0]
         fields = self._fields.get(id(model)) or self._new_fields(model)
         if call[5] is None:
-            self._add_pending(rec.error_record(fields, call))
+            self._add_pending(rec.error_record(fields, call), fields)
         elif self.batch == 1:
-            self._add_pending(rec.success_record(fields, call))
+            self._add_pending(rec.success_record(fields, call), fields)
         else:
             batch = self._batches.get(id(model))
             if batch is None:
                 batch = self._batches[id(model)] = _Batch(fields)
             batch.rows.append(rec.batch_row(call))
             if len(batch.rows) >= self.batch:
-                self._add_pending(self._batches.pop(id(model)).record())
+                self._add_pending(batch.record(), fields)
+                del self._batches[id(model)]
 
     def _new_fields(self, model: Any) -> rec.ModelFields:
         fields = self._fields[id(model)] = rec.ModelFields(model, self.worker, self.function_uri)
@@ -252,18 +261,31 @@ class StreamPusher:
         now = time.monotonic()
         for key, batch in list(self._batches.items()):
             if force or now - batch.since >= self.flush_after:
-                self._add_pending(self._batches.pop(key).record())
+                batch = self._batches.pop(key)
+                self._add_pending(batch.record(), batch.fields)
 
-    def _add_pending(self, record: dict[str, Any]) -> None:
-        self._pending.append(record)
+    def _add_pending(self, record: dict[str, Any], fields: rec.ModelFields) -> None:
+        if self._encoded:
+            self._pending.append(dumps(record))  # bytes: nothing for the GC to follow
+            self._keys.append(fields.key)
+        else:
+            self._pending.append(record)
         if len(self._pending) > self.max_queue:
-            self._pending.popleft()
+            self._pop_pending()
             self._count_dropped(1)
+
+    def _pop_pending(self) -> None:
+        self._pending.popleft()
+        if self._encoded:
+            self._keys.popleft()
 
     def _send(self) -> bool:
         records = list(itertools.islice(self._pending, MAX_PUSH))
         try:
-            self.target.push(records)
+            if self._encoded:
+                self.target.push_json(records, list(itertools.islice(self._keys, MAX_PUSH)))
+            else:
+                self.target.push(records)
         except Exception as exc:
             self._count_failed(len(records))
             self._retry_pause = min(max(self._retry_pause * 2, 0.05), MAX_RETRY_PAUSE)
@@ -273,7 +295,7 @@ class StreamPusher:
             )
             return False
         for _ in records:
-            self._pending.popleft()
+            self._pop_pending()
         self._retry_pause = 0.0
         self.sent += len(records)
         self._metrics[0].inc(len(records))

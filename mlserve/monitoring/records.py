@@ -79,6 +79,7 @@ class ModelFields:
         self.worker = worker
         self.function_uri = function_uri
         self.fields = self._fields()  # computed once per model; never changed
+        self.key = str(self.fields["model"]).encode()  # the Kafka key
 
     def base(self) -> dict[str, Any]:
         """A fresh copy of the fields."""

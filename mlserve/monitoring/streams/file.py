@@ -27,10 +27,15 @@ class FileStream:
         self._file: Any = None
 
     def push(self, records: list[dict[str, Any]]) -> None:
+        self.push_json([dumps(record) for record in records], [])
+
+    def push_json(self, lines: list[bytes], keys: list[bytes]) -> None:
+        """Records already encoded (by the pusher): one write() for the whole push."""
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the server's life
-        self._file.write(b"".join(dumps(record) + b"\n" for record in records))
+        lines.append(b"")
+        self._file.write(b"\n".join(lines))
         self._file.flush()
 
     def flush(self) -> None:

@@ -79,19 +79,23 @@ class KafkaStream:
             self._errors.append(error)
 
     def push(self, records: list[dict[str, Any]]) -> None:
+        self.push_json([dumps(record) for record in records], [_key(r) for r in records])
+
+    def push_json(self, values: list[bytes], keys: list[bytes]) -> None:
+        """Records already encoded (by the pusher), keyed by model name."""
         producer = self._producer or self._connect()
         self._errors.clear()
         produce, topic = producer.produce, self.topic
         try:
-            for record in records:
-                produce(topic, dumps(record), _key(record))
+            for value, key in zip(values, keys, strict=True):
+                produce(topic, value, key)
         except BufferError as exc:  # librdkafka's own queue is full
             self._give_up(producer)
             raise KafkaDeliveryError(f"producer queue full: {exc}") from exc
         if producer.flush(self._wait) or self._errors:
             self._give_up(producer)
             first = self._errors[0] if self._errors else "no delivery report in time"
-            raise KafkaDeliveryError(f"{len(self._errors) or len(records)} not delivered: {first}")
+            raise KafkaDeliveryError(f"{len(self._errors) or len(values)} not delivered: {first}")
 
     def _give_up(self, producer: Any) -> None:
         """Drop what is still queued, so a retried push does not race it."""
