@@ -2,8 +2,12 @@
 
 A target is a small class with ``push(records)``, ``flush()`` and ``close()``;
 ``push`` raises when the target cannot take the records, and the pusher
-retries them. Targets are registered by scheme in a registry that rejects
-duplicates; each module is imported only when a URL of its scheme is opened::
+retries them. A target may also have ``push_json(lines, keys)``: the pusher
+then hands it records already encoded as JSON bytes (one ``orjson`` pass),
+with their model names as bytes (keys), instead of dicts.
+
+Targets are registered by scheme in a registry that rejects duplicates; each
+module is imported only when a URL of its scheme is opened::
 
     stream_registry.register("mystream", "mypkg.streams:MyStream")
     target = open_stream("mystream://host/x", **stream_args)
