@@ -9,8 +9,8 @@ the serving thread's CPU (docs/monitoring.md, "Performance").
 The topic is created by producing to it (brokers that auto-create topics,
 tansu included). Records are keyed by model name, so one model's records keep
 their order in one partition; ``max.in.flight.requests.per.connection=1``
-keeps it across librdkafka's own retries (idempotence is not asked for: not
-every Kafka-protocol broker has it). ``push`` waits (without the GIL) until
+keeps it across librdkafka's own retries (idempotence is not asked for: tansu
+has it, but not every Kafka-protocol broker does). ``push`` waits (without the GIL) until
 every record has its delivery report (only failures call back into Python:
 ``delivery.report.only.error``); when any failed or did not come in
 time, what is still queued is purged and ``push`` raises, and the pusher
