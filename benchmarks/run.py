@@ -125,8 +125,8 @@ def _version(env: str | None, package: str | None = None) -> str:
 
 
 @contextlib.contextmanager
-def running(server: Server) -> Iterator[str]:
-    """Start ``server`` on a free port; yield its base URL; stop it by PID."""
+def running(server: Server) -> Iterator[tuple[str, int]]:
+    """Start ``server`` on a free port; yield its base URL and PID; stop it by PID."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix=f"bench-{server.name}-") as tmp:
         workdir = Path(tmp)
@@ -137,7 +137,7 @@ def running(server: Server) -> Iterator[str]:
         try:
             url = f"http://127.0.0.1:{port}"
             _wait_ready(url, process, workdir / "server.log")
-            yield url
+            yield url, process.pid
         finally:
             _stop(process)
             log.close()
@@ -167,6 +167,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of the server process: steadier than req/s on a shared machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def check_answer(url: str, body: dict[str, Any]) -> None:
     """One request before the load: the server must echo the tensor (or rows)."""
     request = urllib.request.Request(url + INFER_PATH, data=json.dumps(body).encode(),
@@ -194,14 +200,16 @@ def wrk(url: str, body_file: Path, connections: int, duration: float) -> dict[st
 
 def measure(server: Server, args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     rows = []
-    with running(server) as url:
+    with running(server) as (url, pid):
         for form, body in server.bodies.items():
             check_answer(url, body)
             body_file = workdir / f"{form}.json"
             body_file.write_text(json.dumps(body))
             wrk(url, body_file, 8, args.warmup)
             for connections in args.connections:
+                cpu = cpu_seconds(pid)
                 result = wrk(url, body_file, connections, args.duration)
+                result["cpu_us"] = (cpu_seconds(pid) - cpu) / result["requests"] * 1e6
                 bad = sum(result["errors"].values())
                 p50, p99 = result["p50_us"] / 1000, result["p99_us"] / 1000
                 print(f"  {server.name:9} {form:6} c={connections:<3} {result['rps']:9.0f} req/s  "
@@ -220,7 +228,8 @@ def medians(rows: list[dict[str, Any]]) -> Stats:
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["server"], row["form"], row["connections"]), []).append(row)
-    return {key: {m: statistics.median(r[m] for r in group) for m in ("rps", "p50_us", "p99_us")}
+    metrics = ("rps", "p50_us", "p99_us", "cpu_us")
+    return {key: {m: statistics.median(r[m] for r in group) for m in metrics}
             for key, group in groups.items()}
 
 
@@ -251,12 +260,12 @@ def table(stats: Stats, info: dict[str, Any], args: argparse.Namespace) -> str:
         f"MLServer {info['MLServer']}, KServe {info['KServe']}, uvicorn {info['uvicorn']}, "
         f"{info['wrk']}. {args.duration:g} s per point, median of {args.repeat} run(s).",
         "",
-        "| server | body | connections | requests/s | p50 ms | p99 ms |",
-        "|---|---|---:|---:|---:|---:|",
+        "| server | body | connections | requests/s | p50 ms | p99 ms | server CPU us/request |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for (name, form, conns), s in stats.items():
         lines.append(f"| {name} | {form} | {conns} | {s['rps']:,.0f} | {s['p50_us'] / 1000:.2f} | "
-                     f"{s['p99_us'] / 1000:.2f} |")
+                     f"{s['p99_us'] / 1000:.2f} | {s['cpu_us']:.0f} |")
     lines += ["", "| connections | mlserve/MLServer req/s | mlserve/KServe req/s "
               "| mlserve/floor req/s | p99 mlserve vs MLServer (ms) |",
               "|---:|---:|---:|---:|---:|"]
