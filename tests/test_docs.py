@@ -87,3 +87,15 @@ def test_protocol_md_has_every_url_row() -> None:
     paths = {_request(command)[1] for command, _ in _exchanges()}
     assert len(paths) >= 12
     assert {"/v2/health/live", "/v2/health/ready", "/v2", "/", "/v2/models"} <= paths
+
+
+def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = (DOCS.parent / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", text, flags=re.S)
+    assert block is not None
+    exec(compile(block[1], "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - our own docs
+    assert "'outputs': [10, 20, 30]" in capsys.readouterr().out
+
+
+def test_example_function_runs_as_a_script() -> None:
+    runpy.run_path(str(EXAMPLE), run_name="__main__")
