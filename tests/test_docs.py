@@ -1,4 +1,11 @@
-"""The docs' examples run: Python blocks of docs/models.md, curl exchanges of docs/protocol.md."""
+"""The docs' examples run: every guide's Python blocks, the curl exchanges of docs/protocol.md.
+
+A guide's ```python blocks run in order in one namespace, in a fresh working
+directory (files they write land there). A block fenced ```python title="not run"
+is illustrative and skipped (a deployment to a real platform). Blocks that need
+a service name it by placeholder, replaced here by the session fixture's address:
+`{kafka}` (Kafka host:port), `{redis}` (redis:// URL), `{postgres}` (SQLAlchemy URL).
+"""
 
 from __future__ import annotations
 
@@ -27,12 +34,26 @@ def _blocks(name: str, language: str) -> list[str]:
     ]
 
 
-def test_models_md_python_blocks_run_in_order() -> None:
-    blocks = _blocks("models.md", "python")
-    assert len(blocks) >= 8
-    namespace: dict[str, Any] = {"__name__": "docs_models"}
+def _run_guide(name: str, min_blocks: int, **services: str) -> dict[str, Any]:
+    """Run the guide's Python blocks in order; return their namespace."""
+    blocks = _blocks(name, "python")
+    assert len(blocks) >= min_blocks
+    namespace: dict[str, Any] = {"__name__": f"docs_{Path(name).stem}"}
     for block in blocks:
-        exec(compile(block, "docs/models.md", "exec"), namespace)  # noqa: S102 - our own docs
+        for service, address in services.items():
+            block = block.replace("{" + service + "}", address)
+        exec(compile(block, f"docs/{name}", "exec"), namespace)  # noqa: S102 - our own docs
+    return namespace
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_models_md_python_blocks_run_in_order(in_tmp: Path) -> None:
+    _run_guide("models.md", 8)
 
 
 def _exchanges() -> list[tuple[str, str]]:
@@ -99,3 +120,9 @@ def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_example_function_runs_as_a_script() -> None:
     runpy.run_path(str(EXAMPLE), run_name="__main__")
+
+
+def test_graphs_md_python_blocks_run_in_order(in_tmp: Path, kafka: Any) -> None:
+    namespace = _run_guide("graphs.md", 7, kafka=kafka.url)
+    assert namespace["stored"] == [{"score": 3.0}]
+    assert (in_tmp / "flow.svg").exists()
