@@ -126,3 +126,11 @@ def test_graphs_md_python_blocks_run_in_order(in_tmp: Path, kafka: Any) -> None:
     namespace = _run_guide("graphs.md", 7, kafka=kafka.url)
     assert namespace["stored"] == [{"score": 3.0}]
     assert (in_tmp / "flow.svg").exists()
+
+
+def test_monitoring_md_python_blocks_run_in_order(
+    in_tmp: Path, kafka: Any, redis_server: Any
+) -> None:
+    namespace = _run_guide("monitoring.md", 8, kafka=kafka.url, redis=redis_server.url)
+    assert namespace["endpoint"]["status"]["error_count"] == 1
+    assert (in_tmp / "mlserve-data" / "endpoints.db").exists()
