@@ -42,7 +42,7 @@ def _run_guide(name: str, min_blocks: int, **services: str) -> dict[str, Any]:
     for block in blocks:
         for service, address in services.items():
             block = block.replace("{" + service + "}", address)
-        exec(compile(block, f"docs/{name}", "exec"), namespace)  # noqa: S102 - our own docs
+        exec(compile(block, str(DOCS / name), "exec"), namespace)  # noqa: S102 - our own docs
     return namespace
 
 
@@ -134,3 +134,8 @@ def test_monitoring_md_python_blocks_run_in_order(
     namespace = _run_guide("monitoring.md", 8, kafka=kafka.url, redis=redis_server.url)
     assert namespace["endpoint"]["status"]["error_count"] == 1
     assert (in_tmp / "mlserve-data" / "endpoints.db").exists()
+
+
+def test_tensorflow_md_python_blocks_run_in_order(in_tmp: Path) -> None:
+    namespace = _run_guide("tensorflow.md", 5)
+    assert namespace["server"].test("/v2/models/mnist/versions/3/ready")["ready"] is True
