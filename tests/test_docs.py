@@ -15,6 +15,7 @@ import runpy
 import shlex
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
 
@@ -144,3 +145,9 @@ def test_tensorflow_md_python_blocks_run_in_order(in_tmp: Path) -> None:
 def test_repository_md_python_blocks_run_in_order(in_tmp: Path) -> None:
     _run_guide("repository.md", 5)
     assert sorted(path.name for path in (in_tmp / "models" / "fraud").iterdir()) == ["3", "4"]
+
+
+def test_serving_md_python_blocks_run_in_order(in_tmp: Path) -> None:
+    namespace = _run_guide("serving.md", 2)
+    with pytest.raises(OSError):  # the blocks stopped what they deployed
+        urlopen(namespace["url"] + "/v2/health/live", timeout=5)
