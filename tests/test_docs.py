@@ -2,9 +2,10 @@
 
 A guide's ```python blocks run in order in one namespace, in a fresh working
 directory (files they write land there). A block fenced ```python title="not run"
-is illustrative and skipped (a deployment to a real platform). Blocks that need
-a service name it by placeholder, replaced here by the session fixture's address:
-`{kafka}` (Kafka host:port), `{redis}` (redis:// URL), `{postgres}` (SQLAlchemy URL).
+is illustrative and skipped: keep those for what cannot run here (the tritonclient
+gRPC client, which cannot share a process with mlserve.grpc). Blocks that need a
+service name it by placeholder, replaced here by the session fixture's address:
+`{kafka}` (a Kafka broker's host:port), `{redis}` (a redis:// URL).
 """
 
 from __future__ import annotations
@@ -55,6 +56,36 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_models_md_python_blocks_run_in_order(in_tmp: Path) -> None:
     _run_guide("models.md", 8)
+
+
+def test_graphs_md_python_blocks_run_in_order(in_tmp: Path, kafka: Any) -> None:
+    namespace = _run_guide("graphs.md", 7, kafka=kafka.url)
+    assert namespace["stored"] == [{"score": 3.0}]
+    assert (in_tmp / "flow.svg").exists()
+
+
+def test_monitoring_md_python_blocks_run_in_order(
+    in_tmp: Path, kafka: Any, redis_server: Any
+) -> None:
+    namespace = _run_guide("monitoring.md", 8, kafka=kafka.url, redis=redis_server.url)
+    assert namespace["endpoint"]["status"]["error_count"] == 1
+    assert (in_tmp / "mlserve-data" / "endpoints.db").exists()
+
+
+def test_tensorflow_md_python_blocks_run_in_order(in_tmp: Path) -> None:
+    namespace = _run_guide("tensorflow.md", 5)
+    assert namespace["server"].test("/v2/models/mnist/versions/3/ready")["ready"] is True
+
+
+def test_repository_md_python_blocks_run_in_order(in_tmp: Path) -> None:
+    _run_guide("repository.md", 5)
+    assert sorted(path.name for path in (in_tmp / "models" / "fraud").iterdir()) == ["3", "4"]
+
+
+def test_serving_md_python_blocks_run_in_order(in_tmp: Path) -> None:
+    namespace = _run_guide("serving.md", 2)
+    with pytest.raises(OSError):  # the blocks stopped what they deployed
+        urlopen(namespace["url"] + "/v2/health/live", timeout=5)
 
 
 def _exchanges() -> list[tuple[str, str]]:
@@ -121,33 +152,3 @@ def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_example_function_runs_as_a_script() -> None:
     runpy.run_path(str(EXAMPLE), run_name="__main__")
-
-
-def test_graphs_md_python_blocks_run_in_order(in_tmp: Path, kafka: Any) -> None:
-    namespace = _run_guide("graphs.md", 7, kafka=kafka.url)
-    assert namespace["stored"] == [{"score": 3.0}]
-    assert (in_tmp / "flow.svg").exists()
-
-
-def test_monitoring_md_python_blocks_run_in_order(
-    in_tmp: Path, kafka: Any, redis_server: Any
-) -> None:
-    namespace = _run_guide("monitoring.md", 8, kafka=kafka.url, redis=redis_server.url)
-    assert namespace["endpoint"]["status"]["error_count"] == 1
-    assert (in_tmp / "mlserve-data" / "endpoints.db").exists()
-
-
-def test_tensorflow_md_python_blocks_run_in_order(in_tmp: Path) -> None:
-    namespace = _run_guide("tensorflow.md", 5)
-    assert namespace["server"].test("/v2/models/mnist/versions/3/ready")["ready"] is True
-
-
-def test_repository_md_python_blocks_run_in_order(in_tmp: Path) -> None:
-    _run_guide("repository.md", 5)
-    assert sorted(path.name for path in (in_tmp / "models" / "fraud").iterdir()) == ["3", "4"]
-
-
-def test_serving_md_python_blocks_run_in_order(in_tmp: Path) -> None:
-    namespace = _run_guide("serving.md", 2)
-    with pytest.raises(OSError):  # the blocks stopped what they deployed
-        urlopen(namespace["url"] + "/v2/health/live", timeout=5)
