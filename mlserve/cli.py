@@ -91,7 +91,8 @@ def serve(args: argparse.Namespace) -> None:
     def announce() -> None:
         print(f"mlserve: serving {args.target} on http://{args.host}:{args.port}{grpc}", flush=True)
 
-    runner.run_server(server, args.host, args.port, args.grpc_port, args.reuse_port, announce, args.http)
+    runner.run_server(server, args.host, args.port, args.grpc_port, args.reuse_port, announce,
+                      args.http)
 
 
 def _serve_parser(commands: Any) -> None:

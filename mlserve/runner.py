@@ -1,6 +1,7 @@
 """Run a GraphServer on the network until SIGTERM: HTTP (mlserve's own
-HTTP/1.1 face, or the ASGI app under uvicorn) and, optionally, gRPC in one event loop; or supervise N such worker processes
-that share the ports (SO_REUSEPORT: the kernel spreads connections).
+HTTP/1.1 face, or the ASGI app under uvicorn) and, optionally, gRPC in one
+event loop; or supervise N such worker processes that share the ports
+(SO_REUSEPORT: the kernel spreads connections).
 
 SIGTERM or SIGINT drains: no new connections are accepted, requests in flight
 complete, then ``server.wait_for_completion()`` flushes (the model-log stream,

@@ -163,8 +163,9 @@ class HTTPProtocol(asyncio.Protocol):
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.headers}
         method = self.parser.get_method().decode("ascii")
-        event = Event(body=body or None, content_type=headers.get("content-type", ""), headers=headers,
-                      method=method, path=request_path(self.url), trigger=_HTTP_TRIGGER)
+        event = Event(body=body or None, content_type=headers.get("content-type", ""),
+                      headers=headers, method=method, path=request_path(self.url),
+                      trigger=_HTTP_TRIGGER)
         keep_alive = self.parser.should_keep_alive()
         if not keep_alive:
             self.closing = True
@@ -230,7 +231,8 @@ class HTTPServer:
 
     async def start(self, sock: Any) -> None:
         self.loop = asyncio.get_running_loop()
-        self._server = await self.loop.create_server(lambda: HTTPProtocol(self), sock=sock, backlog=2048)
+        self._server = await self.loop.create_server(lambda: HTTPProtocol(self), sock=sock,
+                                                     backlog=2048)
         self._sweeper = self.loop.call_later(1.0, self._sweep)
 
     def _sweep(self) -> None:
