@@ -66,6 +66,10 @@ def _mlserve(port: int, workdir: Path) -> list[str]:
             "--host", "127.0.0.1", "--port", str(port)]
 
 
+def _mlserve_asgi(port: int, workdir: Path) -> list[str]:
+    return [*_mlserve(port, workdir), "--http", "asgi"]
+
+
 def _mlserver(port: int, workdir: Path) -> list[str]:
     shutil.copy(HERE / "servers" / "mlserver_model.py", workdir)
     # One process: parallel_workers=0 runs inference in the server process (no IPC hop).
@@ -85,6 +89,7 @@ def _kserve(port: int, workdir: Path) -> list[str]:
 SERVERS = [
     Server("floor", {"tensor": TENSOR}, _floor),
     Server("mlserve", {"tensor": TENSOR, "rows": ROWS}, _mlserve),
+    Server("mlserve-asgi", {"tensor": TENSOR}, _mlserve_asgi),  # the ASGI app under uvicorn
     Server("MLServer", {"tensor": TENSOR}, _mlserver, env="mlserver"),
     Server("KServe", {"tensor": TENSOR}, _kserve, env="kserve"),
 ]

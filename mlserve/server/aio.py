@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
-import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
@@ -20,36 +20,64 @@ class _WorkerPool:
 
     ``loop.run_in_executor`` costs a concurrent Future and an asyncio Future
     chained by callbacks, ThreadPoolExecutor's locks and its Python-level idle
-    semaphore: about a quarter of the event loop's time per request in the
-    benchmark's profile. Here a call is one queue put, one loop Future and one
-    ``call_soon_threadsafe`` back. As in ThreadPoolExecutor, a thread is added
-    when none is idle (up to ``max_workers``), so a slow call never holds up another.
+    semaphore. Here a call is one deque append, one loop Future and one
+    ``call_soon_threadsafe`` back.
+
+    Waking a parked thread is the dear part (a futex, a context switch and a
+    GIL hand-over), so a thread is woken only when no thread is awake looking
+    for work ("searching"): the event loop submits a burst of calls in one
+    iteration, one woken thread runs them back to back. A slow call never holds
+    up another: a thread that takes a call while more wait wakes a searcher
+    first (a parked thread, or a new one up to ``max_workers``).
     """
 
     def __init__(self, max_workers: int) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._calls: collections.deque[Any] = collections.deque()
         self._lock = threading.Lock()
+        self._parked: list[threading.Lock] = []  # each held: its thread sleeps on it
         self._max_workers = max_workers
         self._threads = 0
-        self._idle = 0
+        self._searching = 0
 
     def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future[Any]:
         future = loop.create_future()
-        self._queue.put((loop, future, fn))
+        self._calls.append((loop, future, fn))
         with self._lock:
-            if self._idle:
-                self._idle -= 1
-                return future
-            if self._threads >= self._max_workers:
-                return future
-            self._threads += 1
-        name = f"mlserve-worker-{self._threads}"
-        threading.Thread(target=self._work, daemon=True, name=name).start()
+            if not self._searching:
+                self._wake()
         return future
 
+    def _wake(self) -> None:
+        """Get one more thread searching (holding ``_lock``); none past ``max_workers``."""
+        if self._parked:
+            self._searching += 1
+            self._parked.pop().release()
+        elif self._threads < self._max_workers:
+            self._searching += 1
+            self._threads += 1
+            name = f"mlserve-worker-{self._threads}"
+            threading.Thread(target=self._work, daemon=True, name=name).start()
+
     def _work(self) -> None:
+        parking = threading.Lock()
+        calls, lock = self._calls, self._lock
         while True:
-            loop, future, fn = self._queue.get()
+            try:
+                loop, future, fn = calls.popleft()
+            except IndexError:
+                with lock:
+                    if calls:
+                        continue
+                    self._searching -= 1
+                    parking.acquire()
+                    self._parked.append(parking)
+                parking.acquire()  # until _wake releases it
+                parking.release()
+                continue
+            with lock:
+                self._searching -= 1
+                if calls and not self._searching:
+                    self._wake()
             try:
                 result, error = fn(), None
             except BaseException as exc:  # handed to the awaiting task, as run_in_executor does
@@ -57,8 +85,8 @@ class _WorkerPool:
             with contextlib.suppress(RuntimeError):  # the loop closed while we worked
                 loop.call_soon_threadsafe(_settle, future, result, error)
             del loop, future, fn, result, error
-            with self._lock:
-                self._idle += 1
+            with lock:
+                self._searching += 1
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
