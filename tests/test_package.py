@@ -45,6 +45,8 @@ def test_every_error_has_a_rest_status_and_a_grpc_code(cls):
     assert errors.error_body(cls("bad thing")) == {"error": f"{cls.__name__}: bad thing"}
 
 
-def test_an_unknown_exception_is_a_500():
+def test_an_unknown_exception_is_a_500_and_a_missing_hook_a_501():
     assert errors.status_of(ValueError("boom")) == 500
     assert errors.GRPC_CODES[500] == "INTERNAL"
+    assert errors.status_of(NotImplementedError("no explain")) == 501
+    assert errors.GRPC_CODES[501] == "UNIMPLEMENTED"
