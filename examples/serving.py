@@ -1,4 +1,5 @@
-"""An example serving function: a NumPy softmax classifier of flowers.
+"""An example serving function: a NumPy softmax classifier of flowers, beside
+the TensorFlow model repository in examples/tf_repository (half_plus_two, versions 1 and 2).
 
     mlserve serve examples/serving.py      # or: make serve
     curl -s 127.0.0.1:8080/v2/models/flowers/infer -d '{"inputs": [[5.1, 3.5, 1.4, 0.2]]}'
@@ -45,6 +46,9 @@ class FlowerClassifier(mlserve.V2ModelServer):
 
 def serving_function() -> mlserve.ServingFunction:
     fn = mlserve.new_function("flowers-demo")
+    # The router serves the repository's versioned SavedModels (hot reload on) and the models added below.
+    fn.set_topology("router", class_name="mlserve.repository.router.RepositoryRouter",
+                    repository=str(HERE / "tf_repository"))
     fn.add_model("flowers", model_path=str(HERE / "models" / "flowers"), class_name=FlowerClassifier)
     fn.add_model("flowers:v2", model_path=str(HERE / "models" / "flowers"), class_name=FlowerClassifier)
     return fn

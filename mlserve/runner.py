@@ -1,6 +1,7 @@
-"""Run a GraphServer on the network until SIGTERM: HTTP (uvicorn) and,
-optionally, gRPC in one event loop; or supervise N such worker processes
-that share the ports (SO_REUSEPORT: the kernel spreads connections).
+"""Run a GraphServer on the network until SIGTERM: HTTP (mlserve's own
+HTTP/1.1 face, or the ASGI app under uvicorn) and, optionally, gRPC in one
+event loop; or supervise N such worker processes that share the ports
+(SO_REUSEPORT: the kernel spreads connections).
 
 SIGTERM or SIGINT drains: no new connections are accepted, requests in flight
 complete, then ``server.wait_for_completion()`` flushes (the model-log stream,
@@ -60,6 +61,42 @@ def _http_server(app: Any) -> Any:
     return HTTPServer(config)
 
 
+class _ASGIFace:
+    """The ASGI app under uvicorn (``--http asgi``)."""
+
+    def __init__(self, server: Any) -> None:
+        from mlserve.http.app import create_app
+
+        self.http = _http_server(create_app(server))
+
+    async def serve(self, sock: socket.socket) -> None:
+        await self.http.serve(sockets=[sock])
+
+    def stop(self) -> None:
+        self.http.should_exit = True
+
+
+class _LeanFace:
+    """mlserve's own HTTP/1.1 server (the default)."""
+
+    def __init__(self, server: Any) -> None:
+        from mlserve.http.server import HTTPServer
+
+        self.http = HTTPServer(server)
+        self.stopping = asyncio.Event()
+
+    async def serve(self, sock: socket.socket) -> None:
+        await self.http.start(sock)
+        await self.stopping.wait()
+        await self.http.shutdown()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
+HTTP_FACES = {"mlserve": _LeanFace, "asgi": _ASGIFace}
+
+
 async def _serve(
     server: Any,
     host: str,
@@ -67,11 +104,10 @@ async def _serve(
     grpc_port: int | None,
     reuse_port: bool,
     announce: Callable[[], None],
+    http_face: str = "mlserve",
 ) -> None:
-    from mlserve.http.app import create_app
-
     sock = bind_socket(host, port, reuse_port)
-    http = _http_server(create_app(server))
+    http = HTTP_FACES[http_face](server)
     grpc_server = None
     if grpc_port:
         from mlserve.grpc.service import start_grpc_server
@@ -83,7 +119,7 @@ async def _serve(
         if draining:
             return
         logger.info("draining requests in flight")
-        http.should_exit = True
+        http.stop()
         if grpc_server is not None:
             draining.append(asyncio.ensure_future(grpc_server.stop(GRPC_DRAIN_SECONDS)))
 
@@ -91,7 +127,7 @@ async def _serve(
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, drain)
     announce()
-    await http.serve(sockets=[sock])
+    await http.serve(sock)
     drain()
     await asyncio.gather(*draining)
 
@@ -103,12 +139,16 @@ def run_server(
     grpc_port: int | None = None,
     reuse_port: bool = False,
     announce: Callable[[], None] = lambda: None,
+    http_face: str = "mlserve",
 ) -> None:
-    """Serve ``server`` (initialised) until SIGTERM/SIGINT, then drain and flush."""
+    """Serve ``server`` (initialised) until SIGTERM/SIGINT, then drain and flush.
+
+    ``http_face``: "mlserve" (its own HTTP/1.1 server) or "asgi" (the ASGI app under uvicorn).
+    """
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(_serve(server, host, port, grpc_port, reuse_port, announce))
+        runner.run(_serve(server, host, port, grpc_port, reuse_port, announce, http_face))
     server.wait_for_completion()
 
 

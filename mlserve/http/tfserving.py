@@ -110,15 +110,19 @@ def _status(router: BaseModelRouter, model: str, version: str | None) -> dict[st
     if version is not None:
         keys = [_route_key(router, model, version)]
     else:
-        keys = [key for key in router.routes if key.partition(":")[0] == model]
+        named = [key for key in router.routes if key.partition(":")[0] == model]
+        keys = [key for key in named if ":" in key] or named  # an unversioned alias is no version
         if not keys:
             raise ModelNotFound(f"Could not find any versions of model {model}")
         by_version = {key.partition(":")[2]: key for key in keys}
         keys = [by_version[v] for v in sorted_versions(list(by_version))]
-    return {"model_version_status": [_version_status(router.routes[key].object) for key in keys]}
+    return {"model_version_status": [_version_status(key, router.routes[key].object) for key in keys]}
 
 
-def _version_status(model: Any) -> dict[str, Any]:
+def _version_status(key: str, model: Any) -> dict[str, Any]:
+    if model is None:  # a repository version not in memory (lazy loading): loads on use
+        status = {"error_code": "OK", "error_message": ""}
+        return {"version": key.partition(":")[2], "state": "START", "status": status}
     if model.ready:
         state, code, message = "AVAILABLE", "OK", ""
     elif model.error:
@@ -163,6 +167,8 @@ def _signature_defs(model: Any) -> dict[str, Any]:
 
 def _ready_model(router: BaseModelRouter, key: str) -> Any:
     model = router.routes[key].object
+    if model is None:
+        raise ModelNotReady(f"model {key} is not loaded yet: send it a request to load it")
     if not model.ready:
         raise ModelNotReady(f"model {key} is not ready: {model.error or 'loading'}")
     return model

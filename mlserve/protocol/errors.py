@@ -99,7 +99,10 @@ GRPC_CODES: dict[int, str] = {
 
 
 def status_of(exc: BaseException) -> int:
-    """The HTTP status an exception answers with: its class's, else 500."""
+    """The HTTP status an exception answers with: its class's; 501 for a hook a
+    model does not implement (``NotImplementedError``); else 500."""
+    if isinstance(exc, NotImplementedError):
+        return int(HTTPStatus.NOT_IMPLEMENTED)
     return int(getattr(exc, "status_code", HTTPStatus.INTERNAL_SERVER_ERROR))
 
 

@@ -217,10 +217,23 @@ def _integers(numbers: Array, data: Any, datatype: str, name: str) -> Array:
     return np.array([int(value) for value in _flatten(data)], dtype=object)
 
 
+_SMALL = 64  # arrays up to this size are range-checked in Python before a narrowing cast
+
+
+def _fits(array: Array, dtype: np.dtype[Any]) -> bool:
+    """All values finite-safe for ``dtype``: no overflow warning from the cast."""
+    high = float(np.finfo(dtype).max)
+    return all(-high <= value <= high for value in array.ravel().tolist())
+
+
 def _to_float(array: Array, datatype: str, name: str) -> Array:
     dtype = DATATYPES[datatype]
     if array.dtype.kind == "b":
         raise InvalidInput(_where(name, f"booleans are not valid {datatype} values"))
+    if array.dtype == dtype:
+        return array
+    if dtype.itemsize < 8 and array.size <= _SMALL and _fits(array, dtype):
+        return array.astype(dtype)  # no overflow possible: skip errstate (2 us, more than the cast)
     with np.errstate(over="ignore"):
         result = array.astype(dtype)
     if dtype.itemsize < 8:
@@ -393,6 +406,8 @@ def _as_array(value: Any, name: str) -> Array:
 
 def _cast(array: Array, datatype: str, name: str) -> Array:
     dtype = _dtype_of(datatype, name)
+    if array.dtype == dtype:
+        return array
     try:
         with np.errstate(all="ignore"):
             return array.astype(dtype, copy=False)

@@ -55,6 +55,11 @@ class VersionRoute:
         self._unload_pending = False
 
     @property
+    def object(self) -> Any:
+        """The loaded model, None while it is not in memory (as ``TaskStep.object``)."""
+        return self.model
+
+    @property
     def state(self) -> str:
         if self.loading:
             return LOADING

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
@@ -14,19 +15,100 @@ __all__ = ["BackgroundLoop", "drive", "in_thread", "run_in_threadpool"]
 
 T = TypeVar("T")
 
+class _WorkerPool:
+    """Threads for sync user code, with a cheaper hand-off than ``run_in_executor``.
+
+    ``loop.run_in_executor`` costs a concurrent Future and an asyncio Future
+    chained by callbacks, ThreadPoolExecutor's locks and its Python-level idle
+    semaphore. Here a call is one deque append, one loop Future and one
+    ``call_soon_threadsafe`` back.
+
+    Waking a parked thread is the dear part (a futex, a context switch and a
+    GIL hand-over), so a thread is woken only when no thread is awake looking
+    for work ("searching"): the event loop submits a burst of calls in one
+    iteration, one woken thread runs them back to back. A slow call never holds
+    up another: a thread that takes a call while more wait wakes a searcher
+    first (a parked thread, or a new one up to ``max_workers``).
+    """
+
+    def __init__(self, max_workers: int) -> None:
+        self._calls: collections.deque[Any] = collections.deque()
+        self._lock = threading.Lock()
+        self._parked: list[threading.Lock] = []  # each held: its thread sleeps on it
+        self._max_workers = max_workers
+        self._threads = 0
+        self._searching = 0
+
+    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        future = loop.create_future()
+        self._calls.append((loop, future, fn))
+        with self._lock:
+            if not self._searching:
+                self._wake()
+        return future
+
+    def _wake(self) -> None:
+        """Get one more thread searching (holding ``_lock``); none past ``max_workers``."""
+        if self._parked:
+            self._searching += 1
+            self._parked.pop().release()
+        elif self._threads < self._max_workers:
+            self._searching += 1
+            self._threads += 1
+            name = f"mlserve-worker-{self._threads}"
+            threading.Thread(target=self._work, daemon=True, name=name).start()
+
+    def _work(self) -> None:
+        parking = threading.Lock()
+        calls, lock = self._calls, self._lock
+        while True:
+            try:
+                loop, future, fn = calls.popleft()
+            except IndexError:
+                with lock:
+                    if calls:
+                        continue
+                    self._searching -= 1
+                    parking.acquire()
+                    self._parked.append(parking)
+                parking.acquire()  # until _wake releases it
+                parking.release()
+                continue
+            with lock:
+                self._searching -= 1
+                if calls and not self._searching:
+                    self._wake()
+            try:
+                result, error = fn(), None
+            except BaseException as exc:  # handed to the awaiting task, as run_in_executor does
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the loop closed while we worked
+                loop.call_soon_threadsafe(_settle, future, result, error)
+            del loop, future, fn, result, error
+            with lock:
+                self._searching += 1
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 # Sync user code runs here, never on the event loop. 32 threads: every request of a
 # sync model holds one while it runs, so up to 32 such requests (e.g. waiting on I/O)
 # run at once; more queue. MLSERVE_WORKER_THREADS changes it per process.
-_executor = ThreadPoolExecutor(
-    max_workers=int(os.environ.get("MLSERVE_WORKER_THREADS", "32")), thread_name_prefix="mlserve-worker"
-)
+_workers = _WorkerPool(max_workers=int(os.environ.get("MLSERVE_WORKER_THREADS", "32")))
 
 
 async def run_in_threadpool(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run sync ``fn`` in the worker pool and await its result."""
     loop = asyncio.get_running_loop()
     call = partial(fn, *args, **kwargs) if kwargs else partial(fn, *args)
-    return await loop.run_in_executor(_executor, call)
+    return await _workers.submit(loop, call)  # type: ignore[no-any-return]
 
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:

@@ -1,0 +1,255 @@
+"""mlserve's own HTTP/1.1 face: an asyncio Protocol on httptools' parser that
+turns each request straight into an Event and writes the Response in one call.
+
+Under uvicorn, its ASGI layer (scope and message dicts, a receive/send pair,
+chunked framing, flow-control objects) cost more CPU per request than all of
+mlserve's own work. This face keeps the HTTP/1.1 semantics a model server
+needs (keep-alive, pipelined requests answered in order, Content-Length and
+chunked request bodies, ``Expect: 100-continue``, HEAD, 400 on a malformed
+request, ``Connection: close``, an idle timeout) and drops the rest. The ASGI
+app (``mlserve.http.create_app``) stays for uvicorn, hypercorn and ASGI middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote
+
+import httptools
+
+from mlserve.server.events import Event, Response, Trigger
+from mlserve.server.graph_server import GraphServer, encode_response
+
+__all__ = ["HTTPServer", "KEEP_ALIVE_SECONDS"]
+
+logger = logging.getLogger("mlserve.http")
+
+KEEP_ALIVE_SECONDS = 5.0  # an idle keep-alive connection is closed after this long (as uvicorn)
+_MAX_PIPELINED = 64  # parsed requests waiting their turn before reading pauses
+_HTTP_TRIGGER = Trigger(kind="http", name="http")
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"content-length: 30\r\nconnection: close\r\n\r\nInvalid HTTP request received.")
+_SERVER_ERROR = Response(b"Internal Server Error", 500, "text/plain; charset=utf-8")
+_NO_BODY_STATUS = frozenset({204, 304})
+
+# (status, content type) -> the response head up to the content length's digits.
+_heads: dict[tuple[int, str], bytes] = {}
+
+
+def _head(status: int, content_type: str) -> bytes:
+    head = _heads.get((status, content_type))
+    if head is None:
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = ""
+        head = f"HTTP/1.1 {status} {phrase}\r\ncontent-type: {content_type}\r\n".encode("latin-1")
+        if status not in _NO_BODY_STATUS:
+            head += b"content-length: "
+        _heads[(status, content_type)] = head
+    return head
+
+
+def response_bytes(response: Response, keep_alive: bool, head_only: bool) -> bytes:
+    """An encoded Response (bytes body) as it goes on the wire."""
+    body = response.body
+    status = response.status_code
+    parts = [_head(status, response.content_type)]
+    if status not in _NO_BODY_STATUS:
+        parts.append(b"%d\r\n" % len(body))
+    for name, value in response.headers.items():
+        parts.append(f"{name.lower()}: {value}\r\n".encode("latin-1"))
+    if not keep_alive:
+        parts.append(b"connection: close\r\n")
+    parts.append(b"\r\n")
+    if not head_only and status not in _NO_BODY_STATUS:
+        parts.append(body)
+    return b"".join(parts)
+
+
+def request_path(url: bytes) -> str:
+    """The decoded path of a request target, without its query."""
+    if not url.startswith(b"/"):
+        url = httptools.parse_url(url).path or b"/"
+    path = url.partition(b"?")[0].decode("latin-1")
+    return unquote(path) if "%" in path else path
+
+
+class HTTPProtocol(asyncio.Protocol):
+    """One connection: parse requests, answer them one at a time, in order."""
+
+    def __init__(self, owner: HTTPServer) -> None:
+        self.owner = owner
+        self.server = owner.graph_server
+        self.loop = owner.loop
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: Any = None
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.queue: deque[tuple[Event | None, bool, bool]] = deque()
+        self.busy = False  # a request is being answered
+        self.closing = False  # no more requests: answer the queued ones, then close
+        self.lost = False
+        self.continue_pending = False
+        self.idle_since = self.loop.time()
+
+    # ---- connection -----------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.owner.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.owner.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.idle_since = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # no protocol upgrades: the request was answered as a plain one
+        except httptools.HttpParserError:
+            self.closing = True
+            self._enqueue((None, False, False))
+
+    def pause_writing(self) -> None:
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.transport.resume_reading()
+
+    def drain(self) -> None:
+        """Stop taking requests; close now if idle, else after the queued answers."""
+        self.closing = True
+        if not self.busy:
+            self.transport.close()
+
+    # ---- httptools callbacks ---------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.headers = []
+        self.body = []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        for name, value in self.headers:
+            if name.lower() == b"expect" and value.lower() == b"100-continue":
+                if self.busy:
+                    self.continue_pending = True  # written when the answers before it are out
+                else:
+                    self.transport.write(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.continue_pending = False
+        chunks = self.body
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.headers}
+        method = self.parser.get_method().decode("ascii")
+        event = Event(body=body or None, content_type=headers.get("content-type", ""),
+                      headers=headers, method=method, path=request_path(self.url),
+                      trigger=_HTTP_TRIGGER)
+        keep_alive = self.parser.should_keep_alive()
+        if not keep_alive:
+            self.closing = True
+        self._enqueue((event, keep_alive, method == "HEAD"))
+
+    # ---- answering --------------------------------------------------------------------
+
+    def _enqueue(self, item: tuple[Event | None, bool, bool]) -> None:
+        if self.busy:
+            self.queue.append(item)
+            if len(self.queue) >= _MAX_PIPELINED:
+                self.transport.pause_reading()
+            return
+        self.busy = True
+        self._start(item)
+
+    def _start(self, item: tuple[Event | None, bool, bool]) -> None:
+        event, keep_alive, head_only = item
+        if event is None:
+            self._finish(_BAD_REQUEST, False)
+        else:
+            self.loop.create_task(self._answer(event, keep_alive, head_only))
+
+    async def _answer(self, event: Event, keep_alive: bool, head_only: bool) -> None:
+        try:
+            response = encode_response(await self.server.run_async(event))
+        except Exception:
+            logger.exception("request %s %s failed", event.method, event.path)
+            response = _SERVER_ERROR
+        keep_alive = keep_alive and not (self.closing and not self.queue)
+        self._finish(response_bytes(response, keep_alive, head_only), keep_alive)
+
+    def _finish(self, data: bytes, keep_alive: bool) -> None:
+        if self.lost:
+            return
+        self.transport.write(data)
+        if not keep_alive:
+            self.transport.close()
+            return
+        self.idle_since = self.loop.time()
+        if self.queue:
+            if len(self.queue) == _MAX_PIPELINED:
+                self.transport.resume_reading()
+            self._start(self.queue.popleft())
+            return
+        self.busy = False
+        if self.closing:
+            self.transport.close()
+        elif self.continue_pending:
+            self.continue_pending = False
+            self.transport.write(_CONTINUE)
+
+
+class HTTPServer:
+    """Serves a GraphServer on a bound socket; ``shutdown()`` drains it."""
+
+    def __init__(self, graph_server: GraphServer) -> None:
+        self.graph_server = graph_server
+        self.connections: set[HTTPProtocol] = set()
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    async def start(self, sock: Any) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._server = await self.loop.create_server(lambda: HTTPProtocol(self), sock=sock,
+                                                     backlog=2048)
+        self._sweeper = self.loop.call_later(1.0, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close keep-alive connections idle for longer than KEEP_ALIVE_SECONDS."""
+        limit = self.loop.time() - KEEP_ALIVE_SECONDS
+        for conn in list(self.connections):
+            if not conn.busy and conn.idle_since < limit:
+                conn.transport.close()
+        self._sweeper = self.loop.call_later(1.0, self._sweep)
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let the requests in flight finish, close every connection."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.drain()
+        while self.connections:
+            await asyncio.sleep(0.02)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
