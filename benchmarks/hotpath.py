@@ -27,11 +27,18 @@ from mlserve.http.app import create_app
 from mlserve.http.server import HTTPProtocol, HTTPServer
 
 HERE = Path(__file__).resolve().parent
-BODY = json.dumps({"inputs": [{"name": "input-0", "shape": [1, 4], "datatype": "FP32",
-                               "data": [1.0, 2.0, 3.0, 4.0]}]}).encode()
+BODY = json.dumps(
+    {
+        "inputs": [
+            {"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+        ]
+    }
+).encode()
 PATH = b"/v2/models/echo/infer"
-REQUEST = (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\n\r\n%s" % (PATH, len(BODY), BODY))
+REQUEST = (
+    b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (PATH, len(BODY), BODY)
+)
 
 
 class _Transport:
@@ -62,9 +69,17 @@ async def _protocol_client(owner: HTTPServer, count: int) -> None:
 
 
 async def _asgi_client(app: Any, count: int) -> None:
-    scope = {"type": "http", "method": "POST", "path": PATH.decode(), "query_string": b"",
-             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(BODY)).encode())]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": PATH.decode(),
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(BODY)).encode()),
+        ],
+    }
     message = {"type": "http.request", "body": BODY, "more_body": False}
 
     async def receive() -> dict[str, Any]:
@@ -93,8 +108,9 @@ async def _round(face: str, server: Any, requests: int, concurrency: int) -> flo
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=8)

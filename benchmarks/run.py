@@ -40,8 +40,11 @@ LUA = HERE / "wrk" / "post.lua"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 PEERS = {"mlserver": "mlserver==1.7.1", "kserve": "kserve==0.21.0"}
-TENSOR = {"inputs": [{"name": "input-0", "shape": [1, 4], "datatype": "FP32",
-                      "data": [1.0, 2.0, 3.0, 4.0]}]}
+TENSOR = {
+    "inputs": [
+        {"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+    ]
+}
 ROWS = {"inputs": [[1.0, 2.0, 3.0, 4.0]]}
 INFER_PATH = "/v2/models/echo/infer"
 
@@ -62,8 +65,17 @@ def _floor(port: int, workdir: Path) -> list[str]:
 
 
 def _mlserve(port: int, workdir: Path) -> list[str]:
-    return [sys.executable, "-m", "mlserve", "serve", str(HERE / "servers" / "mlserve_model.py"),
-            "--host", "127.0.0.1", "--port", str(port)]
+    return [
+        sys.executable,
+        "-m",
+        "mlserve",
+        "serve",
+        str(HERE / "servers" / "mlserve_model.py"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
 
 
 def _mlserve_asgi(port: int, workdir: Path) -> list[str]:
@@ -73,8 +85,14 @@ def _mlserve_asgi(port: int, workdir: Path) -> list[str]:
 def _mlserver(port: int, workdir: Path) -> list[str]:
     shutil.copy(HERE / "servers" / "mlserver_model.py", workdir)
     # One process: parallel_workers=0 runs inference in the server process (no IPC hop).
-    settings = {"debug": False, "host": "127.0.0.1", "http_port": port, "grpc_port": free_port(),
-                "metrics_port": free_port(), "parallel_workers": 0}
+    settings = {
+        "debug": False,
+        "host": "127.0.0.1",
+        "http_port": port,
+        "grpc_port": free_port(),
+        "metrics_port": free_port(),
+        "parallel_workers": 0,
+    }
     (workdir / "settings.json").write_text(json.dumps(settings))
     model = {"name": "echo", "implementation": "mlserver_model.Echo"}
     (workdir / "model-settings.json").write_text(json.dumps(model))
@@ -82,8 +100,12 @@ def _mlserver(port: int, workdir: Path) -> list[str]:
 
 
 def _kserve(port: int, workdir: Path) -> list[str]:
-    return [str(ENVS / "kserve" / "bin" / "python"), str(HERE / "servers" / "kserve_model.py"),
-            "--http_port", str(port)]
+    return [
+        str(ENVS / "kserve" / "bin" / "python"),
+        str(HERE / "servers" / "kserve_model.py"),
+        "--http_port",
+        str(port),
+    ]
 
 
 SERVERS = [
@@ -137,8 +159,14 @@ def running(server: Server) -> Iterator[tuple[str, int]]:
         workdir = Path(tmp)
         log = (workdir / "server.log").open("wb")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-        process = subprocess.Popen(server.command(port, workdir), cwd=ROOT, stdout=log,
-                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(
+            server.command(port, workdir),
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         try:
             url = f"http://127.0.0.1:{port}"
             _wait_ready(url, process, workdir / "server.log")
@@ -180,8 +208,11 @@ def cpu_seconds(pid: int) -> float:
 
 def check_answer(url: str, body: dict[str, Any]) -> None:
     """One request before the load: the server must echo the tensor (or rows)."""
-    request = urllib.request.Request(url + INFER_PATH, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + INFER_PATH,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as answer:
         outputs = json.loads(answer.read())["outputs"]
     data = outputs[0] if body is ROWS else outputs[0]["data"]
@@ -194,8 +225,20 @@ def check_answer(url: str, body: dict[str, Any]) -> None:
 
 def wrk(url: str, body_file: Path, connections: int, duration: float) -> dict[str, Any]:
     """Drive ``url`` with wrk; the Lua script prints one JSON line of results."""
-    argv = ["wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d", f"{duration:g}s",
-            "--timeout", "10s", "-s", str(LUA), url + INFER_PATH]
+    argv = [
+        "wrk",
+        "-t",
+        str(min(connections, 2)),
+        "-c",
+        str(connections),
+        "-d",
+        f"{duration:g}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(LUA),
+        url + INFER_PATH,
+    ]
     env = {**os.environ, "BENCH_BODY": str(body_file), "BENCH_CONTENT_TYPE": "application/json"}
     out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
@@ -217,11 +260,15 @@ def measure(server: Server, args: argparse.Namespace, workdir: Path) -> list[dic
                 result["cpu_us"] = (cpu_seconds(pid) - cpu) / result["requests"] * 1e6
                 bad = sum(result["errors"].values())
                 p50, p99 = result["p50_us"] / 1000, result["p99_us"] / 1000
-                print(f"  {server.name:9} {form:6} c={connections:<3} {result['rps']:9.0f} req/s  "
-                      f"p50 {p50:6.2f} ms  p99 {p99:6.2f} ms"
-                      + (f"  ERRORS {result['errors']}" if bad else ""), flush=True)
-                rows.append({"server": server.name, "form": form, "connections": connections,
-                             **result})
+                print(
+                    f"  {server.name:9} {form:6} c={connections:<3} {result['rps']:9.0f} req/s  "
+                    f"p50 {p50:6.2f} ms  p99 {p99:6.2f} ms"
+                    + (f"  ERRORS {result['errors']}" if bad else ""),
+                    flush=True,
+                )
+                rows.append(
+                    {"server": server.name, "form": form, "connections": connections, **result}
+                )
     return rows
 
 
@@ -234,23 +281,31 @@ def medians(rows: list[dict[str, Any]]) -> Stats:
     for row in rows:
         groups.setdefault((row["server"], row["form"], row["connections"]), []).append(row)
     metrics = ("rps", "p50_us", "p99_us", "cpu_us")
-    return {key: {m: statistics.median(r[m] for r in group) for m in metrics}
-            for key, group in groups.items()}
+    return {
+        key: {m: statistics.median(r[m] for r in group) for m in metrics}
+        for key, group in groups.items()
+    }
 
 
 def machine() -> dict[str, Any]:
     lines = Path("/proc/cpuinfo").read_text().splitlines()
-    cpu = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")),
-               platform.processor())
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True)
+    cpu = next(
+        (ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")),
+        platform.processor(),
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
     wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split()
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
         "mlserve": f"{_version(None, 'mlserve')} (commit {commit.stdout.strip()})",
         "uvicorn": _version(None, "uvicorn"),
-        "MLServer": _version("mlserver"), "KServe": _version("kserve"),
+        "MLServer": _version("mlserver"),
+        "KServe": _version("kserve"),
         "wrk": " ".join(wrk_version[:2]),
     }
 
@@ -269,11 +324,16 @@ def table(stats: Stats, info: dict[str, Any], args: argparse.Namespace) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for (name, form, conns), s in stats.items():
-        lines.append(f"| {name} | {form} | {conns} | {s['rps']:,.0f} | {s['p50_us'] / 1000:.2f} | "
-                     f"{s['p99_us'] / 1000:.2f} | {s['cpu_us']:.0f} |")
-    lines += ["", "| connections | mlserve/MLServer req/s | mlserve/KServe req/s "
-              "| mlserve/floor req/s | p99 mlserve vs MLServer (ms) |",
-              "|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {name} | {form} | {conns} | {s['rps']:,.0f} | {s['p50_us'] / 1000:.2f} | "
+            f"{s['p99_us'] / 1000:.2f} | {s['cpu_us']:.0f} |"
+        )
+    lines += [
+        "",
+        "| connections | mlserve/MLServer req/s | mlserve/KServe req/s "
+        "| mlserve/floor req/s | p99 mlserve vs MLServer (ms) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for conns in args.connections:
         ours = stats.get(("mlserve", "tensor", conns))
         peers = {n: stats.get((n, "tensor", conns)) for n in ("MLServer", "KServe", "floor")}
@@ -281,8 +341,10 @@ def table(stats: Stats, info: dict[str, Any], args: argparse.Namespace) -> str:
             continue
         ratio = {n: ours["rps"] / p["rps"] for n, p in peers.items() if p}
         p99, peer_p99 = ours["p99_us"] / 1000, peers["MLServer"]["p99_us"] / 1000  # type: ignore[index]
-        lines.append(f"| {conns} | {ratio['MLServer']:.2f}x | {ratio['KServe']:.2f}x "
-                     f"| {ratio['floor']:.0%} | {p99:.2f} vs {peer_p99:.2f} |")
+        lines.append(
+            f"| {conns} | {ratio['MLServer']:.2f}x | {ratio['KServe']:.2f}x "
+            f"| {ratio['floor']:.0%} | {p99:.2f} vs {peer_p99:.2f} |"
+        )
     lines += ["", _goals(stats)]
     return "\n".join(lines)
 
@@ -315,14 +377,16 @@ def write_doc(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load first")
     parser.add_argument("--repeat", type=int, default=1, help="rounds over all servers (medians)")
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 8, 64])
-    parser.add_argument("--servers", nargs="+", default=[s.name for s in SERVERS],
-                        help="a subset, by name")
+    parser.add_argument(
+        "--servers", nargs="+", default=[s.name for s in SERVERS], help="a subset, by name"
+    )
     parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:

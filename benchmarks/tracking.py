@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.services import free_port, start_kafka, wait_for_port  # noqa: E402
 
-FUNCTION = '''
+FUNCTION = """
 import os
 import mlserve
 from mlserve.model import V2ModelServer
@@ -48,13 +48,13 @@ fn.spec.parameters["endpoint_store_url"] = "memory://"
 stream = os.environ.get("BENCH_STREAM")
 if stream:
     fn.set_tracking(stream)
-'''
+"""
 
-LUA = '''
+LUA = """
 wrk.method = "POST"
 wrk.body = '{"inputs": [[1, 2, 3, 4], [5, 6, 7, 8]]}'
 wrk.headers["Content-Type"] = "application/json"
-'''
+"""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -69,7 +69,10 @@ def measure(stream: str, seconds: int, connections: int, workdir: Path) -> tuple
     env = {**os.environ, "BENCH_STREAM": stream, "MLSERVE_DATA_DIR": str(workdir / "data")}
     server = subprocess.Popen(
         [sys.executable, "-m", "mlserve", "serve", str(workdir / "fn.py"), "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_for_port(port, timeout=60, proc=server)
@@ -77,8 +80,9 @@ def measure(stream: str, seconds: int, connections: int, workdir: Path) -> tuple
         wrk = ["wrk", "-t1", f"-c{connections}", "-s", str(workdir / "post.lua"), url]
         subprocess.run([*wrk[:1], "-d2s", *wrk[1:]], capture_output=True, check=True)  # warm-up
         cpu = cpu_seconds(server.pid)
-        out = subprocess.run([*wrk[:1], f"-d{seconds}s", *wrk[1:]], capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            [*wrk[:1], f"-d{seconds}s", *wrk[1:]], capture_output=True, text=True, check=True
+        ).stdout
         cpu = cpu_seconds(server.pid) - cpu
         rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
         total = re.search(r"(\d+) requests in", out)
@@ -102,8 +106,11 @@ def main() -> None:
             workdir = Path(tmp)
             (workdir / "fn.py").write_text(FUNCTION)
             (workdir / "post.lua").write_text(LUA)
-            configs = {"off": "", "file": str(workdir / "logs.jsonl"),
-                       "kafka": f"kafka://{broker.url}?topic=bench"}
+            configs = {
+                "off": "",
+                "file": str(workdir / "logs.jsonl"),
+                "kafka": f"kafka://{broker.url}?topic=bench",
+            }
             runs: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
             for _ in range(args.rounds):
                 for name, stream in configs.items():
@@ -121,8 +128,10 @@ def report(runs: dict[str, list[tuple[float, float]]]) -> None:
     print(f"{'tracking':<10}{'req/s':>8}{'ratio':>7}{'cpu us/req':>12}{'cpu ratio':>11}   runs")
     for name, each in runs.items():
         listed = " ".join(f"{r:.0f}" for r, _ in each)
-        print(f"{name:<10}{rates[name]:>8.0f}{rates[name] / rates['off']:>7.2f}"
-              f"{cpus[name]:>12.1f}{cpus['off'] / cpus[name]:>11.2f}   {listed}")
+        print(
+            f"{name:<10}{rates[name]:>8.0f}{rates[name] / rates['off']:>7.2f}"
+            f"{cpus[name]:>12.1f}{cpus['off'] / cpus[name]:>11.2f}   {listed}"
+        )
 
 
 if __name__ == "__main__":

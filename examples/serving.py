@@ -38,7 +38,7 @@ class FlowerClassifier(mlserve.V2ModelServer):
 
     def explain(self, request: dict) -> list[dict[str, float]]:
         rows = np.asarray(request["inputs"], dtype=np.float64).reshape(-1, 4)
-        return [dict(zip(CLASSES, map(float, p))) for p in self.probabilities(rows)]
+        return [dict(zip(CLASSES, map(float, p), strict=True)) for p in self.probabilities(rows)]
 
     def op_classes(self, event) -> list[str]:
         return CLASSES
@@ -46,14 +46,27 @@ class FlowerClassifier(mlserve.V2ModelServer):
 
 def serving_function() -> mlserve.ServingFunction:
     fn = mlserve.new_function("flowers-demo")
-    # The router serves the repository's versioned SavedModels (hot reload on) and the models added below.
-    fn.set_topology("router", class_name="mlserve.repository.router.RepositoryRouter",
-                    repository=str(HERE / "tf_repository"))
-    fn.add_model("flowers", model_path=str(HERE / "models" / "flowers"), class_name=FlowerClassifier)
-    fn.add_model("flowers:v2", model_path=str(HERE / "models" / "flowers"), class_name=FlowerClassifier)
+    # The router serves the repository's versioned SavedModels (hot reload on)
+    # and the models added below.
+    fn.set_topology(
+        "router",
+        class_name="mlserve.repository.router.RepositoryRouter",
+        repository=str(HERE / "tf_repository"),
+    )
+    fn.add_model(
+        "flowers", model_path=str(HERE / "models" / "flowers"), class_name=FlowerClassifier
+    )
+    fn.add_model(
+        "flowers:v2", model_path=str(HERE / "models" / "flowers"), class_name=FlowerClassifier
+    )
     return fn
 
 
 if __name__ == "__main__":
     server = serving_function().to_mock_server()
-    print(server.test("/v2/models/flowers/infer", body={"inputs": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.1, 5.6, 2.4]]}))
+    print(
+        server.test(
+            "/v2/models/flowers/infer",
+            body={"inputs": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.1, 5.6, 2.4]]},
+        )
+    )

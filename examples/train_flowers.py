@@ -17,7 +17,9 @@ def make_data(rows_per_class: int = 200, seed: int = 7) -> tuple[np.ndarray, np.
     return x, y
 
 
-def train(x: np.ndarray, y: np.ndarray, steps: int = 3000, rate: float = 0.1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def train(
+    x: np.ndarray, y: np.ndarray, steps: int = 3000, rate: float = 0.1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     mean, std = x.mean(axis=0), x.std(axis=0)
     z = (x - mean) / std
     weights = np.zeros((4, len(CENTERS)))

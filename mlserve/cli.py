@@ -91,8 +91,9 @@ def serve(args: argparse.Namespace) -> None:
     def announce() -> None:
         print(f"mlserve: serving {args.target} on http://{args.host}:{args.port}{grpc}", flush=True)
 
-    runner.run_server(server, args.host, args.port, args.grpc_port, args.reuse_port, announce,
-                      args.http)
+    runner.run_server(
+        server, args.host, args.port, args.grpc_port, args.reuse_port, announce, args.http
+    )
 
 
 def _serve_parser(commands: Any) -> None:
@@ -104,8 +105,12 @@ def _serve_parser(commands: Any) -> None:
     cmd.add_argument("--port", type=int, default=8080)
     cmd.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC on this port")
     cmd.add_argument("--workers", type=int, default=1, help="processes sharing the ports")
-    cmd.add_argument("--http", choices=["mlserve", "asgi"], default="mlserve",
-                     help="HTTP face: mlserve's own HTTP/1.1 server, or the ASGI app under uvicorn")
+    cmd.add_argument(
+        "--http",
+        choices=["mlserve", "asgi"],
+        default="mlserve",
+        help="HTTP face: mlserve's own HTTP/1.1 server, or the ASGI app under uvicorn",
+    )
     cmd.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     cmd.add_argument("--model-config", help="YAML or TF Serving model_config_list")
     cmd.add_argument(
@@ -130,9 +135,12 @@ def main(argv: list[str] | None = None) -> None:
     _serve_parser(commands)
     endpoints_cmd = commands.add_parser("endpoints", help="model endpoint records (S9)")
     endpoints_list = endpoints_cmd.add_subparsers(dest="action", required=True).add_parser(
-        "list", help="print the endpoint records as a table")
-    endpoints_list.add_argument("--store", help="SQLAlchemy URL (default: MLSERVE_ENDPOINT_STORE or "
-                                                "./mlserve-data/endpoints.db)")
+        "list", help="print the endpoint records as a table"
+    )
+    endpoints_list.add_argument(
+        "--store",
+        help="SQLAlchemy URL (default: MLSERVE_ENDPOINT_STORE or ./mlserve-data/endpoints.db)",
+    )
     endpoints_list.add_argument("--project", help="only this project's endpoints")
     endpoints_list.set_defaults(handler=list_endpoints)
     args = parser.parse_args(argv)

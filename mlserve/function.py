@@ -64,7 +64,9 @@ class FunctionSpec:
             "filename": self.filename,
         }
         if self.source:
-            struct["build"] = {"functionSourceCode": base64.b64encode(self.source.encode()).decode()}
+            struct["build"] = {
+                "functionSourceCode": base64.b64encode(self.source.encode()).decode()
+            }
         return {key: value for key, value in struct.items() if value not in (None, "", {}, False)}
 
     @classmethod
@@ -181,15 +183,28 @@ class ServingFunction:
     ) -> None:
         """Log every prediction to a stream and register the models as endpoints (S8, S9)."""
         self.spec.track_models = enable_tracking
-        tracking = {"enable_tracking": enable_tracking, "stream_path": stream_path, "batch": batch,
-                    "sample": sample, "stream_args": stream_args}
+        tracking = {
+            "enable_tracking": enable_tracking,
+            "stream_path": stream_path,
+            "batch": batch,
+            "sample": sample,
+            "stream_args": stream_args,
+        }
         self.spec.tracking = {key: value for key, value in tracking.items() if value is not None}
 
-    def add_child_function(self, name: str, url: str | None = None, image: str | None = None,
-                           requirements: list[str] | None = None, kind: str | None = None) -> None:
+    def add_child_function(
+        self,
+        name: str,
+        url: str | None = None,
+        image: str | None = None,
+        requirements: list[str] | None = None,
+        kind: str | None = None,
+    ) -> None:
         """Declare a child function that runs the graph's steps marked ``function=name``."""
         ref = {"url": url, "image": image, "requirements": requirements, "kind": kind}
-        self.spec.function_refs[name] = {key: value for key, value in ref.items() if value is not None}
+        self.spec.function_refs[name] = {
+            key: value for key, value in ref.items() if value is not None
+        }
 
     def plot(self, filename: str | None = None, format: str | None = None, **kw: Any) -> Any:
         """Draw the function's graph with graphviz (see ``mlserve.graph.plot``)."""
@@ -207,7 +222,9 @@ class ServingFunction:
         **kwargs: Any,
     ) -> GraphServer:
         """An in-process server of this function, ready for ``test()``."""
-        server = self.to_graph_server(current_function=current_function, track_models=track_models, **kwargs)
+        server = self.to_graph_server(
+            current_function=current_function, track_models=track_models, **kwargs
+        )
         namespace = {**(self._namespace or {}), **(namespace or _caller_globals())}
         server.init_states(namespace=namespace, is_mock=True)
         server.init_object(namespace)
@@ -241,11 +258,18 @@ class ServingFunction:
         self._deployment = LocalDeployment(self, port=port, timeout=timeout)
         return str(self._deployment.url)
 
-    def invoke(self, path: str, body: Any = None, method: str | None = None,
-               headers: dict[str, str] | None = None) -> Any:
+    def invoke(
+        self,
+        path: str,
+        body: Any = None,
+        method: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         """Call the deployed function (JSON in, parsed body out; errors raise with the status)."""
         if self._deployment is None:
-            raise RuntimeError(f"function {self.metadata.name} is not deployed, call fn.deploy() first")
+            raise RuntimeError(
+                f"function {self.metadata.name} is not deployed, call fn.deploy() first"
+            )
         return self._deployment.invoke(path, body, method, headers)
 
     def stop(self) -> None:
@@ -269,7 +293,9 @@ class ServingFunction:
     @classmethod
     def from_dict(cls, struct: dict[str, Any]) -> ServingFunction:
         metadata = struct.get("metadata") or {}
-        fn = cls(metadata.get("name", ""), metadata.get("project", "default"), metadata.get("tag", ""))
+        fn = cls(
+            metadata.get("name", ""), metadata.get("project", "default"), metadata.get("tag", "")
+        )
         fn.spec = FunctionSpec.from_dict(struct.get("spec") or {})
         if fn.spec.source:
             fn._namespace = _exec_source(fn.spec.source, fn.metadata.name)
@@ -301,7 +327,9 @@ class ServingFunction:
 def _has_instances(step: BaseStep) -> bool:
     if getattr(step, "_instance", None) is not None:
         return True
-    children = list(getattr(step, "routes", {}).values()) + list(getattr(step, "steps", {}).values())
+    children = list(getattr(step, "routes", {}).values()) + list(
+        getattr(step, "steps", {}).values()
+    )
     return any(_has_instances(child) for child in children)
 
 
@@ -322,7 +350,9 @@ def _exec_source(source: str, name: str) -> dict[str, Any]:
     return module.__dict__
 
 
-def new_function(name: str, project: str = "default", kind: str = "serving", tag: str = "") -> ServingFunction:
+def new_function(
+    name: str, project: str = "default", kind: str = "serving", tag: str = ""
+) -> ServingFunction:
     """A new, empty serving function."""
     _check_kind(kind)
     return ServingFunction(name, project, tag)

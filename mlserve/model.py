@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,9 @@ class V2ModelServer:
         if self.ready:
             return
         if mode == "async":
-            threading.Thread(target=self._load_and_update_state, daemon=True, name=f"load-{self.name}").start()
+            threading.Thread(
+                target=self._load_and_update_state, daemon=True, name=f"load-{self.name}"
+            ).start()
         else:
             self._load_and_update_state()
 
@@ -249,15 +251,21 @@ class V2ModelServer:
     def logged_results(
         self, request: dict[str, Any], response: dict[str, Any], op: str
     ) -> tuple[Any, Any]:
-        """Return ``(inputs, outputs)`` to log instead of the real ones; ``(None, None)`` logs the real ones."""
+        """Return ``(inputs, outputs)`` to log instead of the real ones;
+        ``(None, None)`` logs the real ones."""
         return None, None
 
     def to_class_args(self) -> dict[str, Any]:
         """The constructor arguments that rebuild this model (for export)."""
         args: dict[str, Any] = {"model_path": self.model_path, "protocol": self.protocol}
         args.update(self._kwargs)
-        for key, value in (("inputs", self.inputs), ("outputs", self.outputs), ("labels", self.labels),
-                           ("input_path", self._input_path), ("result_path", self._result_path)):
+        for key, value in (
+            ("inputs", self.inputs),
+            ("outputs", self.outputs),
+            ("labels", self.labels),
+            ("input_path", self._input_path),
+            ("result_path", self._result_path),
+        ):
             if value:
                 args[key] = value
         return {key: value for key, value in args.items() if value is not None}
@@ -326,11 +334,13 @@ class V2ModelServer:
         logger.info("event %s waits for model %s to load", event.id, self.name)
         await runner.block(self._loaded.wait, timeout)
         if not self.ready:
-            raise ModelNotReady(f"model {self.name} did not become ready: {self.error or 'timeout'}")
+            raise ModelNotReady(
+                f"model {self.name} did not become ready: {self.error or 'timeout'}"
+            )
 
     async def _infer(self, event: Event, body: Any, op: str, event_id: Any, runner: Any) -> Any:
         await self._wait_ready(event, runner)
-        start = datetime.now(timezone.utc)
+        start = datetime.now(UTC)
         if not isinstance(body, dict):
             raise InvalidInput(f"the request body must be a JSON object, got {type(body).__name__}")
         request: Any = body
@@ -367,7 +377,9 @@ class V2ModelServer:
         except Exception as exc:
             raise InvalidInput(f"{type(exc).__name__}: {exc}") from exc
 
-    def _envelope(self, request: Any, outputs: Any, event_id: Any, start: datetime, op: str) -> dict[str, Any]:
+    def _envelope(
+        self, request: Any, outputs: Any, event_id: Any, start: datetime, op: str
+    ) -> dict[str, Any]:
         response: dict[str, Any] = {"id": event_id, "model_name": self.name}
         if self.version:
             response["model_version"] = self.version
@@ -387,4 +399,3 @@ class V2ModelServer:
             response = {"outputs": outputs or []}
         metrics, self.metrics = self.metrics, {}
         self.model_logger.push(self, start, request, response, op, microsec, metrics)
-

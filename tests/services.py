@@ -26,7 +26,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(
+    port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -75,9 +77,18 @@ class KafkaService(Service):
     def start(self) -> KafkaService:
         listener = f"tcp://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-             "--storage-engine", "memory://tansu/"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                listener,
+                "--advertised-listener-url",
+                listener,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_for_port(self.port, proc=self.proc)
         return self
@@ -101,8 +112,19 @@ def start_kafka(port: int | None = None) -> KafkaService:
 class RedisService(Service):
     def start(self) -> RedisService:
         self.proc = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_for_port(self.port, proc=self.proc)
         return self
@@ -138,19 +160,51 @@ def start_postgres(port: int | None = None) -> Service:
     if os.geteuid() == 0:  # initdb refuses root: run the cluster as the postgres user
         shutil.chown(workdir, "postgres")
         run_as = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*run_as, _pg_bin("initdb"), "-D", data, "-A", "trust", "-U", "postgres"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*run_as, _pg_bin("initdb"), "-D", data, "-A", "trust", "-U", "postgres"],
+        check=True,
+        capture_output=True,
+    )
     proc = subprocess.Popen(
-        [*run_as, _pg_bin("postgres"), "-D", data, "-p", str(port), "-h", "127.0.0.1", "-k", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            *run_as,
+            _pg_bin("postgres"),
+            "-D",
+            data,
+            "-p",
+            str(port),
+            "-h",
+            "127.0.0.1",
+            "-k",
+            workdir,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     wait_for_port(port, proc=proc)
     for _ in range(50):
         created = subprocess.run(
-            [_pg_bin("psql") if os.path.exists(_pg_bin("psql")) else "psql", "-h", "127.0.0.1", "-p", str(port),
-             "-U", "postgres", "-c", "CREATE DATABASE mlserve"], capture_output=True, check=False)
+            [
+                _pg_bin("psql") if os.path.exists(_pg_bin("psql")) else "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "postgres",
+                "-c",
+                "CREATE DATABASE mlserve",
+            ],
+            capture_output=True,
+            check=False,
+        )
         if created.returncode == 0:
             break
         time.sleep(0.1)
-    return Service("postgres", port, f"postgresql+psycopg://postgres@127.0.0.1:{port}/mlserve",
-                   proc=proc, workdir=workdir)
+    return Service(
+        "postgres",
+        port,
+        f"postgresql+psycopg://postgres@127.0.0.1:{port}/mlserve",
+        proc=proc,
+        workdir=workdir,
+    )

@@ -284,7 +284,11 @@ def test_round_trip_of_settings() -> None:
     assert again.spec.load_mode == "async"
     assert again.spec.default_content_type == "application/json"
     assert again.spec.track_models is True
-    assert again.spec.tracking == {"enable_tracking": True, "stream_path": "file:///tmp/x.jsonl", "batch": 4}
+    assert again.spec.tracking == {
+        "enable_tracking": True,
+        "stream_path": "file:///tmp/x.jsonl",
+        "batch": 4,
+    }
 
 
 # ---- `mlserve serve` over real HTTP, against the mock server ----

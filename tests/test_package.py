@@ -12,8 +12,20 @@ import mlserve.graph
 import mlserve.protocol
 from mlserve.protocol import errors
 
-HEAVY = ("tensorflow", "grpc", "sqlalchemy", "storey", "pandas", "kafka", "redis", "graphviz",
-         "prometheus_client", "nuclio_sdk", "uvicorn", "confluent_kafka")
+HEAVY = (
+    "tensorflow",
+    "grpc",
+    "sqlalchemy",
+    "storey",
+    "pandas",
+    "kafka",
+    "redis",
+    "graphviz",
+    "prometheus_client",
+    "nuclio_sdk",
+    "uvicorn",
+    "confluent_kafka",
+)
 
 
 @pytest.mark.parametrize("module", [mlserve, mlserve.graph, mlserve.protocol])

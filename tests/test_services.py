@@ -25,7 +25,11 @@ def test_kafka_round_trip(kafka):
     producer = KafkaProducer(bootstrap_servers=kafka.url)
     producer.send("smoke", b"hello").get(timeout=20)
     producer.close()
-    consumer = KafkaConsumer("smoke", bootstrap_servers=kafka.url, auto_offset_reset="earliest",
-                             consumer_timeout_ms=10000)
+    consumer = KafkaConsumer(
+        "smoke",
+        bootstrap_servers=kafka.url,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10000,
+    )
     assert b"hello" in [message.value for message in consumer]
     consumer.close()

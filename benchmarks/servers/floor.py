@@ -8,8 +8,10 @@ from typing import Any
 
 import uvicorn
 
-BODY = (b'{"id":"1","model_name":"echo","outputs":[{"name":"output-0","datatype":"FP32",'
-        b'"shape":[1,4],"data":[1.0,2.0,3.0,4.0]}]}')
+BODY = (
+    b'{"id":"1","model_name":"echo","outputs":[{"name":"output-0","datatype":"FP32",'
+    b'"shape":[1,4],"data":[1.0,2.0,3.0,4.0]}]}'
+)
 HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -24,5 +26,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
-                loop="uvloop", http="httptools", access_log=False, lifespan="off")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        log_level="warning",
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        lifespan="off",
+    )

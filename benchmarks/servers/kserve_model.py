@@ -19,8 +19,9 @@ class Echo(kserve.Model):
         super().__init__("echo")
         self.ready = True
 
-    def predict(self, payload: InferRequest, headers: Any = None,
-                response_headers: Any = None) -> InferResponse:
+    def predict(
+        self, payload: InferRequest, headers: Any = None, response_headers: Any = None
+    ) -> InferResponse:
         array = payload.inputs[0].as_numpy()
         output = InferOutput("output-0", list(array.shape), "FP32")
         output.set_data_from_numpy(array, binary_data=False)
@@ -29,5 +30,6 @@ class Echo(kserve.Model):
 
 if __name__ == "__main__":
     args, _ = parser.parse_known_args()
-    kserve.ModelServer(http_port=args.http_port, enable_grpc=False, workers=1,
-                       enable_latency_logging=False).start([Echo()])
+    kserve.ModelServer(
+        http_port=args.http_port, enable_grpc=False, workers=1, enable_latency_logging=False
+    ).start([Echo()])

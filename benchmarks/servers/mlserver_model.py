@@ -16,5 +16,8 @@ class Echo(MLModel):
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         array = NumpyCodec.decode_input(payload.inputs[0])
-        return InferenceResponse(model_name=self.name, id=payload.id,
-                                 outputs=[NumpyCodec.encode_output("output-0", array)])
+        return InferenceResponse(
+            model_name=self.name,
+            id=payload.id,
+            outputs=[NumpyCodec.encode_output("output-0", array)],
+        )

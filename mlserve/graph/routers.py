@@ -1,11 +1,11 @@
 """Routers: which route (model) handles an event, by the URL grammar of S4.
 
-    GET  /, /v2/health               router metadata
-    GET  /v2/health/live | ready     liveness, readiness of every model
-    GET  /v2                         server metadata
-    GET  /v2/models                  listing
-    ...  /v2/models/<m>[/versions/<v>][/<op>]   the model, with path <op>
-    POST /  {"model": "m[:v]", ...}  stream form: routed by the body
+GET  /, /v2/health               router metadata
+GET  /v2/health/live | ready     liveness, readiness of every model
+GET  /v2                         server metadata
+GET  /v2/models                  listing
+...  /v2/models/<m>[/versions/<v>][/<op>]   the model, with path <op>
+POST /  {"model": "m[:v]", ...}  stream form: routed by the body
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class BaseModelRouter:
         return {"models": list(self.routes)}
 
     def _health(self, path: str) -> Any:
-        sub = path[len(self.health_prefix):].strip("/")
+        sub = path[len(self.health_prefix) :].strip("/")
         if sub == "live":
             return {"live": True}
         if sub == "ready":
@@ -132,7 +132,9 @@ class BaseModelRouter:
         body = event.body
         if isinstance(body, (bytes, bytearray, memoryview, str)):
             if (event.content_type or "").startswith("image/"):
-                return {self.inputs_key: [bytes(body) if not isinstance(body, str) else body.encode()]}
+                return {
+                    self.inputs_key: [bytes(body) if not isinstance(body, str) else body.encode()]
+                }
             # As in mlrun, JSON whatever the content type (curl -d sends a form type);
             # a body that is not JSON reaches the model raw, unless it claims to be JSON.
             try:
@@ -200,7 +202,7 @@ class ModelRouter(BaseModelRouter):
         """``(route key, route, operation path)``; None asks for the listing."""
         routes = self.routes  # read once: a runtime change swaps in a new table (the repository)
         body = event.body if isinstance(event.body, dict) else {}
-        sub = path[len(self.url_prefix):].strip("/") if path.startswith(self.url_prefix) else ""
+        sub = path[len(self.url_prefix) :].strip("/") if path.startswith(self.url_prefix) else ""
         if sub:
             match = _VERSIONED.match(sub)
             if match is None:
@@ -228,4 +230,3 @@ class ModelRouter(BaseModelRouter):
                 return f"{key}:{highest_version(versions)}"
         models = " | ".join(routes)
         raise ModelNotFound(f"model {key} doesn't exist, available models: {models}")
-

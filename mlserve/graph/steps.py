@@ -145,7 +145,11 @@ class BaseStep:
     # ---- runtime -------------------------------------------------------------
 
     def init_object(
-        self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync", **kwargs: Any
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        mode: str = "sync",
+        **kwargs: Any,
     ) -> None:
         """Build the live object of this step."""
         self.context = context
@@ -159,7 +163,9 @@ class BaseStep:
 
     # ---- building a flow (mlserve.graph.flow) ---------------------------------
 
-    def to(self, class_name: Any = None, name: str | None = None, handler: Any = None, **kwargs: Any) -> BaseStep:
+    def to(
+        self, class_name: Any = None, name: str | None = None, handler: Any = None, **kwargs: Any
+    ) -> BaseStep:
         """Add the next step after this one, in this step's flow; returns the new step."""
         from mlserve.graph.flow import chain_to
 
@@ -170,9 +176,16 @@ class BaseStep:
         self.responder = True
         return self
 
-    def error_handler(self, name: str | None = None, class_name: Any = None, handler: Any = None,
-                      before: str | None = None, **kwargs: Any) -> BaseStep:
-        """Run a step when this one fails (it receives ``event.error`` and ``event.origin_state``)."""
+    def error_handler(
+        self,
+        name: str | None = None,
+        class_name: Any = None,
+        handler: Any = None,
+        before: str | None = None,
+        **kwargs: Any,
+    ) -> BaseStep:
+        """Run a step when this one fails; it receives ``event.error`` and
+        ``event.origin_state``."""
         from mlserve.graph.flow import add_error_handler
 
         return add_error_handler(self, name, class_name, handler, before, **kwargs)
@@ -255,7 +268,11 @@ class TaskStep(BaseStep):
         return self._object
 
     def init_object(
-        self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync", **kwargs: Any
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        mode: str = "sync",
+        **kwargs: Any,
     ) -> None:
         super().init_object(context, namespace, mode)
         if self._instance is not None:
@@ -277,12 +294,6 @@ class TaskStep(BaseStep):
         from mlserve.graph.tasks import step_calls
 
         self._run_sync, self._call = step_calls(self, self._object, namespace, context)
-
-    def run(self, event: Event) -> Event:
-        """Handle an event synchronously, through the object's own sync API."""
-        if self._object is not None and hasattr(self._object, "do_event"):
-            return self._object.do_event(event)  # type: ignore[no-any-return]
-        return super().run(event)
 
     async def run_async(self, event: Event) -> Event:
         assert self._call is not None, f"step '{self.name}' is not initialised"
@@ -331,8 +342,16 @@ class RouterStep(TaskStep):
         result_path: str | None = None,
         after: list[str] | None = None,
     ) -> None:
-        super().__init__(class_name, class_args, handler, name, after, function=function,
-                         input_path=input_path, result_path=result_path)
+        super().__init__(
+            class_name,
+            class_args,
+            handler,
+            name,
+            after,
+            function=function,
+            input_path=input_path,
+            result_path=result_path,
+        )
         self._routes: dict[str, TaskStep] = {}
         for key, route in (routes or {}).items():
             self.add_route(key, route)
@@ -380,7 +399,11 @@ class RouterStep(TaskStep):
         return self._routes[key]
 
     def init_object(
-        self, context: GraphContext, namespace: dict[str, Any] | None, mode: str = "sync", **kwargs: Any
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        mode: str = "sync",
+        **kwargs: Any,
     ) -> None:
         self.context = context
         for route in self._routes.values():
@@ -394,8 +417,13 @@ class RouterStep(TaskStep):
         else:
             cls = resolve_class(self.class_name, namespace) if self.class_name else ModelRouter
             self._object = construct(
-                cls, self.class_args, context=context, name=self.name, routes=self._routes,
-                input_path=self.input_path, result_path=self.result_path,
+                cls,
+                self.class_args,
+                context=context,
+                name=self.name,
+                routes=self._routes,
+                input_path=self.input_path,
+                result_path=self.result_path,
             )
         self._object.post_init(mode)
         self._call = self._object.do_event_async

@@ -32,7 +32,9 @@ def create_app(server: GraphServer) -> Any:
         response = encode_response(await server.run_async(event))
         headers = [(b"content-type", response.content_type.encode())]
         headers += [(k.lower().encode(), str(v).encode()) for k, v in response.headers.items()]
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
         await send({"type": "http.response.body", "body": response.body})
 
     return app

@@ -32,8 +32,10 @@ KEEP_ALIVE_SECONDS = 5.0  # an idle keep-alive connection is closed after this l
 _MAX_PIPELINED = 64  # parsed requests waiting their turn before reading pauses
 _HTTP_TRIGGER = Trigger(kind="http", name="http")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                b"content-length: 30\r\nconnection: close\r\n\r\nInvalid HTTP request received.")
+_BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 30\r\nconnection: close\r\n\r\nInvalid HTTP request received."
+)
 _SERVER_ERROR = Response(b"Internal Server Error", 500, "text/plain; charset=utf-8")
 _NO_BODY_STATUS = frozenset({204, 304})
 
@@ -163,9 +165,14 @@ class HTTPProtocol(asyncio.Protocol):
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.headers}
         method = self.parser.get_method().decode("ascii")
-        event = Event(body=body or None, content_type=headers.get("content-type", ""),
-                      headers=headers, method=method, path=request_path(self.url),
-                      trigger=_HTTP_TRIGGER)
+        event = Event(
+            body=body or None,
+            content_type=headers.get("content-type", ""),
+            headers=headers,
+            method=method,
+            path=request_path(self.url),
+            trigger=_HTTP_TRIGGER,
+        )
         keep_alive = self.parser.should_keep_alive()
         if not keep_alive:
             self.closing = True
@@ -231,8 +238,9 @@ class HTTPServer:
 
     async def start(self, sock: Any) -> None:
         self.loop = asyncio.get_running_loop()
-        self._server = await self.loop.create_server(lambda: HTTPProtocol(self), sock=sock,
-                                                     backlog=2048)
+        self._server = await self.loop.create_server(
+            lambda: HTTPProtocol(self), sock=sock, backlog=2048
+        )
         self._sweeper = self.loop.call_later(1.0, self._sweep)
 
     def _sweep(self) -> None:

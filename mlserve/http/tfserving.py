@@ -116,7 +116,9 @@ def _status(router: BaseModelRouter, model: str, version: str | None) -> dict[st
             raise ModelNotFound(f"Could not find any versions of model {model}")
         by_version = {key.partition(":")[2]: key for key in keys}
         keys = [by_version[v] for v in sorted_versions(list(by_version))]
-    return {"model_version_status": [_version_status(key, router.routes[key].object) for key in keys]}
+    return {
+        "model_version_status": [_version_status(key, router.routes[key].object) for key in keys]
+    }
 
 
 def _version_status(key: str, model: Any) -> dict[str, Any]:

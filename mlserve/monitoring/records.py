@@ -36,11 +36,7 @@ def plain_tensors(value: Any) -> Any:
         return value  # rows: the common case, kept cheap
     if isinstance(value, np.ndarray):
         return value.tolist()
-    if (
-        isinstance(value, dict)
-        and value
-        and all(isinstance(v, np.ndarray) for v in value.values())
-    ):
+    if isinstance(value, dict) and value and all(isinstance(v, np.ndarray) for v in value.values()):
         return [array.tolist() for array in value.values()]
     if is_tensor_inputs(value):
         arrays = [_decoded(obj) for obj in value]

@@ -1,4 +1,7 @@
-"""The V2 (Open Inference) protocol: request forms, tensors, errors. Pure: imports nothing else of mlserve."""
+"""The V2 (Open Inference) protocol: request forms, tensors, errors.
+
+Pure: it imports nothing else of mlserve.
+"""
 
 from __future__ import annotations
 

@@ -86,15 +86,21 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shape_matches(expected: list[int], got: tuple[int, ...]) -> bool:
-    return len(expected) == len(got) and all(e in (-1, g) for e, g in zip(expected, got))
+    if len(expected) != len(got):
+        return False
+    return all(e in (-1, g) for e, g in zip(expected, got, strict=True))
 
 
-def check_declared_inputs(tensors: Mapping[str, np.ndarray], declared: list[dict[str, Any]]) -> None:
+def check_declared_inputs(
+    tensors: Mapping[str, np.ndarray], declared: list[dict[str, Any]]
+) -> None:
     """Check decoded tensors against the model's declared inputs (S3)."""
     by_name = {spec["name"]: spec for spec in declared}
     for name in tensors:
         if name not in by_name and len(declared) > 1:
-            raise InvalidInput(f"unexpected input '{name}', the model's inputs are {sorted(by_name)}")
+            raise InvalidInput(
+                f"unexpected input '{name}', the model's inputs are {sorted(by_name)}"
+            )
     for spec in declared:
         name = spec["name"]
         array = tensors.get(name)
@@ -109,9 +115,7 @@ def check_declared_inputs(tensors: Mapping[str, np.ndarray], declared: list[dict
 def _check_one(name: str, array: np.ndarray, spec: dict[str, Any]) -> None:
     datatype = spec.get("datatype")
     if datatype and datatype_of(array) != datatype and not _compatible(datatype, array):
-        raise InvalidInput(
-            f"input '{name}' has datatype {datatype_of(array)}, expected {datatype}"
-        )
+        raise InvalidInput(f"input '{name}' has datatype {datatype_of(array)}, expected {datatype}")
     shape = spec.get("shape")
     if shape is not None and not _shape_matches(list(shape), array.shape):
         raise InvalidInput(f"input '{name}' has shape {list(array.shape)}, expected {list(shape)}")
@@ -137,12 +141,16 @@ def _requested_names(request: Mapping[str, Any]) -> list[str]:
     outputs = request.get("outputs")
     if outputs is None:
         return []
-    if not isinstance(outputs, list) or not all(isinstance(o, dict) and "name" in o for o in outputs):
+    if not isinstance(outputs, list) or not all(
+        isinstance(o, dict) and "name" in o for o in outputs
+    ):
         raise InvalidInput("'outputs' must be a list of objects with a 'name'")
     return [str(o["name"]) for o in outputs]
 
 
-def build_outputs(result: Any, request: Mapping[str, Any], default_name: str) -> list[dict[str, Any]]:
+def build_outputs(
+    result: Any, request: Mapping[str, Any], default_name: str
+) -> list[dict[str, Any]]:
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
     if is_tensor_inputs(result):
@@ -155,7 +163,9 @@ def build_outputs(result: Any, request: Mapping[str, Any], default_name: str) ->
     if requested:
         unknown = [name for name in requested if name not in tensors]
         if unknown:
-            raise InvalidInput(f"unknown requested output(s) {unknown}, the model outputs {sorted(tensors)}")
+            raise InvalidInput(
+                f"unknown requested output(s) {unknown}, the model outputs {sorted(tensors)}"
+            )
         tensors = {name: tensors[name] for name in requested}
     return [_encode(name, value, wants_binary(request, name)) for name, value in tensors.items()]
 

@@ -15,6 +15,7 @@ __all__ = ["BackgroundLoop", "drive", "in_thread", "run_in_threadpool"]
 
 T = TypeVar("T")
 
+
 class _WorkerPool:
     """Threads for sync user code, with a cheaper hand-off than ``run_in_executor``.
 
@@ -145,7 +146,9 @@ class BackgroundLoop:
         with self._lock:
             if self._loop is None or self._loop.is_closed():
                 self._loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="mlserve-loop")
+                thread = threading.Thread(
+                    target=self._loop.run_forever, daemon=True, name="mlserve-loop"
+                )
                 thread.start()
             return self._loop
 

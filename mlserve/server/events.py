@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = ["Event", "MockEvent", "Response", "Trigger", "HTTP_TRIGGERS"]
@@ -62,7 +62,7 @@ class Event:
         # 32 random hex digits, as uuid4().hex: os.urandom direct costs 0.4 us, uuid4() 2.5 us.
         self.id = event_id or os.urandom(16).hex()
         self.trigger = trigger if isinstance(trigger, Trigger) else Trigger(kind=trigger or "")
-        self.time = time or datetime.now(timezone.utc)
+        self.time = time or datetime.now(UTC)
         self.offset = offset
         self.error: Any = None
         self.origin_state: str | None = None
@@ -70,7 +70,9 @@ class Event:
         self.key: Any = None
 
     def __repr__(self) -> str:
-        return f"Event(id={self.id!r}, method={self.method!r}, path={self.path!r}, body={self.body!r})"
+        return (
+            f"Event(id={self.id!r}, method={self.method!r}, path={self.path!r}, body={self.body!r})"
+        )
 
 
 # mlrun's name for the events built by ``server.test()``.

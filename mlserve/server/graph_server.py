@@ -21,7 +21,13 @@ from mlserve.server.aio import BackgroundLoop
 from mlserve.server.events import Event, Response, Trigger
 from mlserve.server.extensions import install as install_extensions
 
-__all__ = ["GraphServer", "ServerHandler", "ServingRequestError", "create_graph_server", "encode_response"]
+__all__ = [
+    "GraphServer",
+    "ServerHandler",
+    "ServingRequestError",
+    "create_graph_server",
+    "encode_response",
+]
 
 logger = logging.getLogger("mlserve.server")
 
@@ -62,7 +68,9 @@ class GraphServer:
         self.graph = step_from_dict(graph) if isinstance(graph, dict) else graph
         self.parameters = dict(parameters or {})
         self.load_mode = load_mode or "sync"
-        self.function_uri = function_uri or f"{project}/{function_name}" + (f":{function_tag}" if function_tag else "")
+        self.function_uri = function_uri or f"{project}/{function_name}" + (
+            f":{function_tag}" if function_tag else ""
+        )
         self.verbose = verbose
         self.current_function = current_function
         self.default_content_type = default_content_type
@@ -72,18 +80,25 @@ class GraphServer:
         self.function_name = function_name
         self.function_tag = function_tag
         self.options = kwargs
-        self.context = GraphContext(self.parameters, verbose=verbose, server=self, project=project,
-                                    current_function=current_function)
+        self.context = GraphContext(
+            self.parameters,
+            verbose=verbose,
+            server=self,
+            project=project,
+            current_function=current_function,
+        )
         self.handlers: list[ServerHandler] = []
         self._shutdown_callbacks: list[Callable[[], None]] = []
         self._loop = BackgroundLoop()
 
     def add_handler(self, handler: ServerHandler) -> None:
-        """Answer some paths at the server level, before the graph (mock and network faces alike)."""
+        """Answer some paths at the server level, before the graph (mock and
+        network faces alike)."""
         self.handlers.append(handler)
 
     def on_shutdown(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` at ``wait_for_completion()`` (shutdown): flush streams, stop watchers."""
+        """Run ``callback`` at ``wait_for_completion()`` (shutdown): flush
+        streams, stop watchers."""
         self._shutdown_callbacks.append(callback)
 
     # ---- lifecycle -------------------------------------------------------------
@@ -110,7 +125,9 @@ class GraphServer:
         """Build the graph's live objects and load the models."""
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
-        self.graph.init_object(self.context, namespace or getattr(self, "namespace", {}), self.load_mode)
+        self.graph.init_object(
+            self.context, namespace or getattr(self, "namespace", {}), self.load_mode
+        )
         install_extensions(self)
         if self.track_models or self.tracking.get("enable_tracking"):
             from mlserve.monitoring import setup
@@ -179,8 +196,15 @@ class GraphServer:
         """
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
-        event = Event(body=body, content_type=content_type, headers=headers, method=method or None,
-                      path=path, event_id=event_id, trigger=trigger)
+        event = Event(
+            body=body,
+            content_type=content_type,
+            headers=headers,
+            method=method or None,
+            path=path,
+            event_id=event_id,
+            trigger=trigger,
+        )
         response = self._loop.run(self.run_async(event))
         if response.status_code >= 300 and not silent:
             raise ServingRequestError(response.status_code, response.body)
@@ -233,7 +257,9 @@ def _int_header(value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise InvalidInput(f"header Inference-Header-Content-Length must be an integer, got {value!r}") from None
+        raise InvalidInput(
+            f"header Inference-Header-Content-Length must be an integer, got {value!r}"
+        ) from None
 
 
 def encode_response(response: Response) -> Response:
@@ -242,8 +268,12 @@ def encode_response(response: Response) -> Response:
     if isinstance(body, (bytes, bytearray)):
         return response
     if isinstance(body, str):
-        return Response(body.encode(), response.status_code, response.content_type or "text/plain",
-                        response.headers)
+        return Response(
+            body.encode(),
+            response.status_code,
+            response.content_type or "text/plain",
+            response.headers,
+        )
     if isinstance(body, dict) and _has_raw_outputs(body):
         data, header_length = join_binary_body(body)
         headers = {**response.headers, "Inference-Header-Content-Length": str(header_length)}
@@ -259,7 +289,9 @@ def _has_raw_outputs(body: dict[str, Any]) -> bool:
 def _as_sent(response: Response) -> Any:
     """The body as a client decodes it from the wire: JSON round-tripped."""
     body = response.body
-    if isinstance(body, (bytes, bytearray, str)) or (isinstance(body, dict) and _has_raw_outputs(body)):
+    if isinstance(body, (bytes, bytearray, str)) or (
+        isinstance(body, dict) and _has_raw_outputs(body)
+    ):
         return body
     return loads(dumps(body))
 
@@ -273,4 +305,6 @@ def create_graph_server(
     **kwargs: Any,
 ) -> GraphServer:
     """A GraphServer for ``graph`` (mlrun's ``create_graph_server``)."""
-    return GraphServer(graph, parameters, load_mode, verbose=verbose, current_function=current_function, **kwargs)
+    return GraphServer(
+        graph, parameters, load_mode, verbose=verbose, current_function=current_function, **kwargs
+    )

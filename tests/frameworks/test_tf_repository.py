@@ -52,10 +52,14 @@ def test_versions_and_labels_over_the_tf_serving_api(server: GraphServer) -> Non
     assert v1 != v2
     assert predictions(server, "/v1/models/half_plus_two/labels/stable:predict") == v1
     assert predictions(server, "/v1/models/half_plus_two/labels/canary:predict") == v2
-    assert predictions(server, "/v1/models/half_plus_two:predict") == v2  # the highest served version
+    assert (
+        predictions(server, "/v1/models/half_plus_two:predict") == v2
+    )  # the highest served version
     status = server.test("/v1/models/half_plus_two")["model_version_status"]
     assert [(s["version"], s["state"]) for s in status] == [("1", "AVAILABLE"), ("2", "AVAILABLE")]
-    unknown = server.test("/v1/models/half_plus_two/labels/nope:predict", body={"instances": [1.0]}, silent=True)
+    unknown = server.test(
+        "/v1/models/half_plus_two/labels/nope:predict", body={"instances": [1.0]}, silent=True
+    )
     assert unknown.status_code == 404
 
 
@@ -68,7 +72,9 @@ def test_v2_metadata_of_a_repository_version_comes_from_the_signature(server: Gr
 
 def test_a_new_version_serves_after_hot_reload(server: GraphServer, tmp_path: Path) -> None:
     shutil.copytree(EXAMPLE / "2", tmp_path / "staging")
-    (tmp_path / "staging").rename(tmp_path / "half_plus_two" / "3")  # appears atomically, as TF Serving asks
+    (tmp_path / "staging").rename(
+        tmp_path / "half_plus_two" / "3"
+    )  # appears atomically, as TF Serving asks
     deadline = time.monotonic() + 30
     while "half_plus_two:3" not in server.test("/v2/models")["models"]:
         assert time.monotonic() < deadline, "version 3 was not loaded"

@@ -80,8 +80,10 @@ def connect(server: Running) -> socket.socket:
 
 def request(path: str, body: bytes = b"", method: str = "POST", headers: str = "") -> bytes:
     length = f"Content-Length: {len(body)}\r\n" if body or method == "POST" else ""
-    return (f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"{length}{headers}\r\n").encode() + body
+    return (
+        f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"{length}{headers}\r\n"
+    ).encode() + body
 
 
 class Reader:
@@ -118,8 +120,13 @@ def echoed(body: bytes) -> list[float]:
 
 
 def tensor(*values: float) -> bytes:
-    return json.dumps({"inputs": [{"name": "x", "shape": [1, len(values)], "datatype": "FP32",
-                                   "data": list(values)}]}).encode()
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": "x", "shape": [1, len(values)], "datatype": "FP32", "data": list(values)}
+            ]
+        }
+    ).encode()
 
 
 def test_keep_alive_answers_several_requests_on_one_connection(server: Running) -> None:
@@ -135,8 +142,10 @@ def test_keep_alive_answers_several_requests_on_one_connection(server: Running) 
 
 def test_pipelined_requests_are_answered_in_order(server: Running) -> None:
     with connect(server) as sock:
-        sock.sendall(b"".join(request("/v2/models/echo/infer", tensor(i)) for i in range(20))
-                     + request("/v2/health/live", method="GET"))
+        sock.sendall(
+            b"".join(request("/v2/models/echo/infer", tensor(i)) for i in range(20))
+            + request("/v2/health/live", method="GET")
+        )
         reader = Reader(sock)
         assert [echoed(reader.response()[2]) for _ in range(20)] == [[i] for i in range(20)]
         assert json.loads(reader.response()[2]) == {"live": True}
@@ -147,15 +156,17 @@ def test_request_split_across_packets(server: Running) -> None:
     with connect(server) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for i in range(0, len(data), 9):
-            sock.sendall(data[i:i + 9])
+            sock.sendall(data[i : i + 9])
         assert echoed(Reader(sock).response()[2]) == [7, 8]
 
 
 def test_chunked_request_body(server: Running) -> None:
     body = tensor(3, 4)
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:10], body[10:]))
-    head = (b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+    head = (
+        b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
     with connect(server) as sock:
         sock.sendall(head + chunks + b"0\r\n\r\n")
         status, _, answer = Reader(sock).response()
@@ -166,7 +177,7 @@ def test_expect_100_continue(server: Running) -> None:
     body = tensor(5)
     with connect(server) as sock:
         head = request("/v2/models/echo/infer", body, headers="Expect: 100-continue\r\n")
-        sock.sendall(head[:-len(body)])
+        sock.sendall(head[: -len(body)])
         reader = Reader(sock)
         status, _, _ = reader.response(head_only=True)
         assert status == 100
@@ -190,8 +201,9 @@ def test_malformed_request_gets_400_and_the_server_keeps_serving(server: Running
 
 def test_large_body(server: Running) -> None:
     values = [float(i) for i in range(200_000)]
-    body = json.dumps({"inputs": [{"name": "x", "shape": [1, len(values)], "datatype": "FP64",
-                                   "data": values}]}).encode()
+    body = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, len(values)], "datatype": "FP64", "data": values}]}
+    ).encode()
     with connect(server) as sock:
         sock.sendall(request("/v2/models/echo/infer", body))
         status, _, answer = Reader(sock).response()
@@ -200,8 +212,9 @@ def test_large_body(server: Running) -> None:
 
 def test_head_sends_the_headers_without_the_body(server: Running) -> None:
     with connect(server) as sock:
-        sock.sendall(request("/v2/health/live", method="HEAD")
-                     + request("/v2/models/echo/infer", tensor(9)))
+        sock.sendall(
+            request("/v2/health/live", method="HEAD") + request("/v2/models/echo/infer", tensor(9))
+        )
         reader = Reader(sock)
         status, headers, _ = reader.response(head_only=True)
         assert int(headers["content-length"]) > 0
@@ -218,8 +231,10 @@ def test_connection_close_is_honoured(server: Running) -> None:
 
 
 def test_header_names_are_case_insensitive(server: Running) -> None:
-    data = (b"POST /v2/models/echo/infer HTTP/1.1\r\nhOsT: x\r\ncOnTeNt-TyPe: application/json\r\n"
-            b"CONTENT-LENGTH: %d\r\n\r\n%s" % (len(tensor(6)), tensor(6)))
+    data = (
+        b"POST /v2/models/echo/infer HTTP/1.1\r\nhOsT: x\r\ncOnTeNt-TyPe: application/json\r\n"
+        b"CONTENT-LENGTH: %d\r\n\r\n%s" % (len(tensor(6)), tensor(6))
+    )
     with connect(server) as sock:
         sock.sendall(data)
         assert echoed(Reader(sock).response()[2]) == [6]
@@ -229,8 +244,10 @@ def test_errors_and_binary_header_out(server: Running) -> None:
     with httpx.Client(base_url=f"http://127.0.0.1:{server.port}") as client:
         assert client.post("/v2/models/nope/infer", json=TENSOR).status_code == 404
         assert client.post("/v2/models/echo/infer", content=b"{not json").status_code == 400
-        binary = {"inputs": [{**TENSOR["inputs"][0], "parameters": {"binary_data": False}}],
-                  "outputs": [{"name": "output-0", "parameters": {"binary_data": True}}]}
+        binary = {
+            "inputs": [{**TENSOR["inputs"][0], "parameters": {"binary_data": False}}],
+            "outputs": [{"name": "output-0", "parameters": {"binary_data": True}}],
+        }
         answer = client.post("/v2/models/echo/infer", json=binary)
     assert answer.status_code == 200
     length = int(answer.headers["inference-header-content-length"])
@@ -265,9 +282,12 @@ def test_shutdown_drains_the_request_in_flight() -> None:
 def test_asgi_face_under_uvicorn_serves_the_same() -> None:
     served = start_server("--http", "asgi")
     try:
-        answer = httpx.post(served.url + "/v2/models/echo/infer",
-                            json={"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32",
-                                              "data": [1.0, 2.0]}]})
+        answer = httpx.post(
+            served.url + "/v2/models/echo/infer",
+            json={
+                "inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]
+            },
+        )
         assert answer.status_code == 200
         assert answer.json()["outputs"][0]["data"] == [1.0, 2.0]
     finally:
