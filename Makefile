@@ -45,8 +45,8 @@ test: install system-deps
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install
-	$(BIN)/ruff check mlserve tests
-	$(BIN)/ruff format --check mlserve tests
+	$(BIN)/ruff check mlserve tests benchmarks examples
+	$(BIN)/ruff format --check mlserve tests benchmarks examples
 
 bench: install system-deps
 	$(BIN)/python -m benchmarks.run
