@@ -7,10 +7,13 @@ Runs, one after the other on 127.0.0.1:
   with its adaptive batching.
 
 Each case gets a warm-up run, then a measured wrk run (V2 JSON request of one
-row). Prints a Markdown table and, with ``--write``, puts it into
-``docs/performance.md`` between the ``tf-begin`` / ``tf-end`` markers.
+row). With ``--rounds N`` the cases run N times, interleaved (off, on, off,
+on, ...), and the table shows each figure's median; the load average is
+recorded before every round. Prints a Markdown table and, with ``--write``,
+puts it into ``docs/performance.md`` between the ``tf-begin`` / ``tf-end``
+markers.
 
-    python -m benchmarks.tf_batching [--duration 15] [--write]
+    python -m benchmarks.tf_batching [--duration 15] [--rounds 3] [--write]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -234,14 +238,18 @@ def table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(text: str, duration: int) -> None:
+def write_docs(text: str, duration: int, loads: list[float]) -> None:
     path = ROOT / "docs" / "performance.md"
     section = (
         f"{BEGIN}\n## TensorFlow\n\nKeras MLP 32 -> 64 -> 64 -> 10 (SavedModel), one-row V2 JSON "
         f"requests, `wrk -t2 -c{CONNECTIONS} -d{duration}s` on 127.0.0.1, server and load "
         f"generator on the same {os.cpu_count()}-core machine; batching is "
-        f"`max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001`. MLServer {_mlserver_version()} "
-        "serves the same SavedModel through a custom runtime (`benchmarks/tf_batching.py`).\n\n"
+        f"`max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001`. "
+        f"MLServer {_mlserver_version()} serves the same SavedModel through a custom runtime "
+        f"(`benchmarks/tf_batching.py --rounds {len(loads)}`). Medians of "
+        f"{len(loads)} interleaved rounds (off, on, MLServer off, on, then again); the machine "
+        "was shared with other jobs, 1-minute load average before each round: "
+        f"{', '.join(f'{load:.2f}' for load in loads)}.\n\n"
         f"{text}\n{END}"
     )
     current = path.read_text() if path.exists() else "# Performance\n"
@@ -265,26 +273,45 @@ def _mlserver_version() -> str:
     return out.stdout.strip()
 
 
+def run_round(model: Path, duration: int, with_mlserver: bool) -> dict[str, dict[str, float]]:
+    """Every case once, batching off then on for each server."""
+    results = {
+        "mlserve / off": run_mlserve(model, False, duration),
+        "mlserve / on": run_mlserve(model, True, duration),
+    }
+    if with_mlserver:
+        results["MLServer / off"] = run_mlserver(model, False, duration)
+        results["MLServer / on"] = run_mlserver(model, True, duration)
+    return results
+
+
+def medians(rounds: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each case's figures, the median over the rounds."""
+    return {
+        case: {key: statistics.median(r[case][key] for r in rounds) for key in rounds[0][case]}
+        for case in rounds[0]
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians shown")
     parser.add_argument("--write", action="store_true", help="write docs/performance.md")
     parser.add_argument("--skip-mlserver", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     WORK.mkdir(parents=True, exist_ok=True)
     model = save_model()
-    results = {
-        "mlserve / off": run_mlserve(model, False, args.duration),
-        "mlserve / on": run_mlserve(model, True, args.duration),
-    }
-    if not args.skip_mlserver:
-        results["MLServer / off"] = run_mlserver(model, False, args.duration)
-        results["MLServer / on"] = run_mlserver(model, True, args.duration)
-    text = table(results)
+    rounds, loads = [], []
+    for number in range(args.rounds):
+        loads.append(os.getloadavg()[0])
+        rounds.append(run_round(model, args.duration, not args.skip_mlserver))
+        print(f"round {number + 1} (load {loads[-1]:.2f}):\n{table(rounds[-1])}\n", flush=True)
+    text = table(medians(rounds))
     print(text)
     if args.write:
-        write_docs(text, args.duration)
+        write_docs(text, args.duration, loads)
 
 
 if __name__ == "__main__":
