@@ -247,8 +247,8 @@ def write_docs(text: str, duration: int, loads: list[float]) -> None:
         f"`max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001`. "
         f"MLServer {_mlserver_version()} serves the same SavedModel through a custom runtime "
         f"(`benchmarks/tf_batching.py --rounds {len(loads)}`). Medians of "
-        f"{len(loads)} interleaved rounds (off, on, MLServer off, on, then again); the machine "
-        "was shared with other jobs, 1-minute load average before each round: "
+        f"{len(loads)} interleaved rounds (off, on, MLServer off, on, then again); "
+        "1-minute load average before each round (other jobs on the machine raise it): "
         f"{', '.join(f'{load:.2f}' for load in loads)}.\n\n"
         f"{text}\n{END}"
     )
