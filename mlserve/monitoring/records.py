@@ -45,10 +45,30 @@ def plain_tensors(value: Any) -> Any:
 
 
 def _decoded(obj: dict[str, Any]) -> Any:
+    data, shape = obj.get("data"), obj.get("shape")
+    if type(data) is list and type(shape) is list and len(data) == _count(shape):
+        return _nested(data, shape)  # JSON form, as the model built it: no numpy round trip
     try:
         return decode_tensor(obj).tolist()
     except Exception:  # a tensor we cannot decode is logged as it came
-        return obj.get("data")
+        return data
+
+
+def _count(shape: list[Any]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _nested(flat: list[Any], shape: list[int]) -> Any:
+    """A flat row-major list as nested lists of ``shape`` (a scalar for shape ``[]``)."""
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return flat
+    step = len(flat) // shape[0] if shape[0] else 0
+    return [_nested(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 def when(start: datetime) -> str:
