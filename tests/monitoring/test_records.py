@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import pytest
 
 import mlserve
 from mlserve.graph.routers import BaseModelRouter
-from mlserve.monitoring.records import BATCH_HEADERS
+from mlserve.monitoring.records import BATCH_HEADERS, plain_tensors
 from mlserve.monitoring.streams.memory import get_stream
 from tests.monitoring.conftest import (
     FailingModel,
@@ -235,3 +236,10 @@ def test_track_models_alone_in_the_mock_server_keeps_endpoint_records_only() -> 
         assert server.iter_models().__next__().model_logger.pusher is None
     finally:
         server.wait_for_completion()
+
+
+@pytest.mark.parametrize("shape", [[], [4], [1, 4], [2, 2], [2, 1, 2], [0, 3]])
+def test_output_tensors_nest_as_numpy_would(shape: list[int]) -> None:
+    values = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    tensor = {"name": "o", "datatype": "INT64", "shape": shape, "data": values.ravel().tolist()}
+    assert plain_tensors([tensor]) == values.tolist()
