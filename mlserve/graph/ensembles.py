@@ -133,6 +133,12 @@ class ParallelRun(BaseModelRouter):
         event.body = merged
         return event
 
+    def post_init(self, mode: str = "sync") -> None:
+        super().post_init(mode)
+        server = self.context.server
+        if server is not None:
+            server.on_shutdown(self.close)  # the executor's threads or processes end with the server
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)

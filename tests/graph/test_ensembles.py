@@ -146,3 +146,16 @@ def test_ensemble_pushes_its_own_model_log_record() -> None:
     [(name, _start, request, response, op, microsec, metrics)] = recorder.records
     assert (name, op, metrics) == ("VotingEnsemble", "infer", {})
     assert request["inputs"] == [[0]] and response["outputs"] == [1] and microsec >= 0
+
+
+def test_the_executor_ends_with_the_server() -> None:
+    fn = mlserve.new_function("ens-close")
+    ensemble = VotingEnsemble(vote_type="regression")
+    fn.set_topology("router", class_name=ensemble)
+    fn.add_model("a", class_name=Const, value=1)
+    fn.add_model("b", class_name=Const, value=3)
+    server = fn.to_mock_server()
+    assert outputs(server) == [2]
+    assert ensemble._executor is not None
+    server.wait_for_completion()
+    assert ensemble._executor is None
