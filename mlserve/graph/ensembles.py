@@ -137,7 +137,9 @@ class ParallelRun(BaseModelRouter):
         super().post_init(mode)
         server = self.context.server
         if server is not None:
-            server.on_shutdown(self.close)  # the executor's threads or processes end with the server
+            server.on_shutdown(
+                self.close
+            )  # the executor's threads or processes end with the server
 
     def close(self) -> None:
         if self._executor is not None:
