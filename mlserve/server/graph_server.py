@@ -206,13 +206,19 @@ class GraphServer:
             trigger=trigger,
         )
         response = self._loop.run(self.run_async(event))
+        sent = None
+        if response.status_code < 300:
+            try:
+                sent = _as_sent(response)
+            except TypeError as exc:
+                response = _unsendable(exc)
         if response.status_code >= 300 and not silent:
             raise ServingRequestError(response.status_code, response.body)
         if not get_body:
             return encode_response(response)
         if response.status_code >= 300:
             return response
-        return _as_sent(response)
+        return sent
 
     # ---- helpers -----------------------------------------------------------------
 
@@ -278,7 +284,17 @@ def encode_response(response: Response) -> Response:
         data, header_length = join_binary_body(body)
         headers = {**response.headers, "Inference-Header-Content-Length": str(header_length)}
         return Response(data, response.status_code, "application/octet-stream", headers)
-    return Response(dumps(body), response.status_code, "application/json", response.headers)
+    try:
+        data = dumps(body)
+    except TypeError as exc:
+        return encode_response(_unsendable(exc))
+    return Response(data, response.status_code, "application/json", response.headers)
+
+
+def _unsendable(exc: TypeError) -> Response:
+    """A graph answer that is not JSON (an object a step returned) is a 500, not a crash."""
+    logger.error("the graph's answer cannot be sent: %s", exc)
+    return Response(error_body(exc), status_code=500)
 
 
 def _has_raw_outputs(body: dict[str, Any]) -> bool:
