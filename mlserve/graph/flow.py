@@ -455,6 +455,11 @@ class FlowStep(BaseStep):
             try:
                 event = step.run(event)
             except Exception as exc:
+                if answer is not None and self.error_handler_of(key) is None:
+                    logger.error(
+                        "step %s failed after the answer: %s: %s", key, type(exc).__name__, exc
+                    )
+                    return answer  # as on the async engine: the responder's answer stands
                 event, key = self._recover(step, event, exc)
                 continue
             if event.terminated:

@@ -305,3 +305,9 @@ def test_http_answers_as_the_mock_server(http_url: str, body: Any) -> None:
     response = httpx.post(http_url + "/", json=body, timeout=30)
     assert response.status_code == getattr(expected, "status_code", 200)
     assert response.json() == getattr(expected, "body", expected)
+
+
+def test_a_failure_after_the_responder_keeps_its_answer(engine: str) -> None:
+    fn, graph = code_flow(engine)
+    graph.to(name="first", handler="(event + 1)").respond().to(name="tail", handler="fail")
+    assert answer(fn, 1) == 2
