@@ -190,6 +190,8 @@ async def _predict(server: Any, router: BaseModelRouter, event: Event, key: str)
         if signature and hasattr(model, "signature")
         else model.inputs
     )
+    if "instances" in body and "inputs" in body:
+        raise InvalidInput('send only one of "instances" (row form) or "inputs" (columnar form)')
     if "instances" in body:
         columns, row_form = _from_instances(_decode_b64(body["instances"]), declared), True
     elif "inputs" in body:
@@ -254,6 +256,9 @@ def _v2_request(
     columns: dict[str, Any], declared: list[dict[str, Any]], signature: Any
 ) -> dict[str, Any]:
     types = {spec["name"]: spec.get("datatype") for spec in declared}
+    unknown = sorted(set(columns) - set(types)) if declared else []
+    if unknown:
+        raise InvalidInput(f"unknown input '{unknown[0]}': the signature takes {sorted(types)}")
     if len(declared) == 1 and len(columns) == 1:
         types = {next(iter(columns)): declared[0].get("datatype")}
     tensors = [

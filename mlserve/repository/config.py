@@ -86,7 +86,7 @@ def load_config(path: str | Path, root: Path | None = None) -> dict[str, ModelCo
 
 def parse_config(text: str, root: Path) -> dict[str, ModelConfig]:
     """The models of a config text: ``{name: ModelConfig}``."""
-    if text.lstrip().startswith("model_config_list"):
+    if _is_text_format(text):
         entries = _text_format_entries(text)
     else:
         struct = yaml.safe_load(text) or {}
@@ -99,6 +99,13 @@ def parse_config(text: str, root: Path) -> dict[str, ModelConfig]:
     if duplicates:
         raise ValueError(f"models configured twice: {duplicates}")
     return {c.name: c for c in configs}
+
+
+def _is_text_format(text: str) -> bool:
+    """A ``model_config_list`` text: its first line that is not blank or a comment."""
+    lines = (line.strip() for line in text.splitlines())
+    first = next((line for line in lines if line and not line.startswith("#")), "")
+    return first.startswith("model_config_list")
 
 
 def _model_config(entry: dict[str, Any], root: Path) -> ModelConfig:

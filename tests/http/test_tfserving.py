@@ -144,6 +144,9 @@ def test_strings_with_b64_and_signature_name(server) -> None:
         ("strings", {"instances": [{"b64": "@@"}], "signature_name": "concat"}, "bad base64"),
         ("mlp", {"instances": X, "signature_name": "nope"}, "signature 'nope' not found"),
         ("strings", {"instances": [[1, 2], [3]]}, "inhomogeneous"),
+        ("mlp", {"instances": X, "inputs": X}, "only one of"),
+        ("mlp", {"instances": [{"nope": row} for row in X]}, "unknown input 'nope'"),
+        ("strings", {"inputs": {"z": [[1, 2]]}}, "unknown input 'z'"),
     ],
 )
 def test_bad_requests_are_400(server, model: str, body: dict, message: str) -> None:

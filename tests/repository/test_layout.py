@@ -149,3 +149,17 @@ def test_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="models"):
         parse_config("models: 3", tmp_path)
     assert ModelConfig("a", tmp_path).version_policy == VersionPolicy()
+
+
+def test_model_config_list_with_comments_and_colons(tmp_path: Path) -> None:
+    text = """# models served by TF Serving
+# (the file TF Serving users pass as --model_config_file)
+model_config_list: {
+  config: {
+    name: "a", base_path: "/models/a", model_platform: "tensorflow",
+    model_version_policy: { specific: { versions: [1, 2] } }
+  }
+}"""
+    configs = parse_config(text, tmp_path)
+    assert configs["a"].base_path == Path("/models/a")
+    assert configs["a"].version_policy == VersionPolicy("specific", versions=(1, 2))

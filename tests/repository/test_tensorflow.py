@@ -7,6 +7,7 @@ loads and calls the signature, proving the repository's TF path.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,50 @@ def test_savedmodel_versions_serve_and_hot_reload(tmp_path: Path, serve_repo: An
     wait_until(
         lambda: outputs("/v2/models/half_plus_two/infer") == ("3", [4.5, 5.0, 6.5]), timeout=30
     )
+
+
+def test_tf_model_hot_reloads_under_v1_load_with_batching_from_yaml(
+    tmp_path: Path, serve_repo: Any
+) -> None:
+    base = tmp_path / "models"
+    save_version(base / "half_plus_two", 1, bias=2.0)
+    config = [
+        {
+            "name": "half_plus_two",
+            "class_name": None,
+            "model_platform": "tensorflow",
+            "max_batch_size": 8,
+            "max_batch_time": 0.002,
+        }
+    ]
+    server = serve_repo(base, config)
+    answers: list[float] = []
+    failures: list[Any] = []
+    stop = threading.Event()
+
+    def send() -> None:
+        while not stop.is_set():
+            body = {"instances": [1.0]}
+            response = server.test("/v1/models/half_plus_two:predict", body=body, silent=True)
+            if isinstance(response, dict):
+                answers.append(response["predictions"][0])
+            else:
+                failures.append(response.body)
+
+    threads = [threading.Thread(target=send, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: len(answers) > 20, timeout=30)
+        save_version(base / "half_plus_two", 2, bias=3.0)
+        wait_until(lambda: 3.5 in answers[-10:], timeout=30)
+        switched = len(answers)
+        wait_until(lambda: len(answers) > switched + 20, timeout=30)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert failures == []
+    assert set(answers) == {2.5, 3.5}
+    model = server.graph.object.routes["half_plus_two:2"].object
+    assert type(model).__name__ == "TFModelServer" and model.batcher.max_batch_size == 8
