@@ -192,6 +192,30 @@ def _model_paths(prefix: str) -> dict[str, Any]:
     }
 
 
+def _tfserving_paths() -> dict[str, Any]:
+    """TensorFlow Serving's REST API (``/v1``), for a model, a version or a label."""
+    paths: dict[str, Any] = {}
+    for prefix in (
+        "/v1/models/{model}",
+        "/v1/models/{model}/versions/{version}",
+        "/v1/models/{model}/labels/{label}",
+    ):
+        paths[prefix] = {"get": _op("TF Serving model version status", errors="404")}
+        paths[f"{prefix}/metadata"] = {
+            "get": _op("TF Serving metadata (signature_def)", errors="404 503")
+        }
+        paths[f"{prefix}:predict"] = {
+            "post": _op(
+                "TF Serving predict: 'instances' (row form) or 'inputs' (columnar form)",
+                errors="400 404 500 503",
+            )
+        }
+    return paths
+
+
+_ENDPOINTS = "/api/v1/projects/{project}/model-endpoints"
+
+
 def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/": {
@@ -250,6 +274,9 @@ def _paths() -> dict[str, Any]:
     }
     paths.update(_model_paths(_MODEL))
     paths.update(_model_paths(_VERSIONED))
+    paths.update(_tfserving_paths())
+    paths[_ENDPOINTS] = {"get": _op("Model endpoint records of a project (when tracked)")}
+    paths[f"{_ENDPOINTS}/{{uid}}"] = {"get": _op("One model endpoint record", errors="404")}
     return paths
 
 

@@ -119,6 +119,21 @@ async def test_openapi_document_and_docs_page(http: httpx.AsyncClient) -> None:
         "/v2/models/{model}/config",
     ):
         assert path in doc["paths"], path
+    served = {  # answered by the TF Serving and model-endpoint faces too
+        "/v1/models/{model}": "get",
+        "/v1/models/{model}/metadata": "get",
+        "/v1/models/{model}:predict": "post",
+        "/v1/models/{model}/versions/{version}": "get",
+        "/v1/models/{model}/versions/{version}/metadata": "get",
+        "/v1/models/{model}/versions/{version}:predict": "post",
+        "/v1/models/{model}/labels/{label}": "get",
+        "/v1/models/{model}/labels/{label}/metadata": "get",
+        "/v1/models/{model}/labels/{label}:predict": "post",
+        "/api/v1/projects/{project}/model-endpoints": "get",
+        "/api/v1/projects/{project}/model-endpoints/{uid}": "get",
+    }
+    for path, method in served.items():
+        assert method in doc["paths"].get(path, {}), path
     page = await http.get("/docs")
     assert page.headers["content-type"].startswith("text/html")
     assert "/v2/repository/models/{model}/unload" in page.text and "<table>" in page.text
