@@ -153,10 +153,13 @@ def run_server(
 
 
 def supervise(command: list[str], workers: int) -> int:
-    """Run ``workers`` copies of ``command``; forward SIGTERM/SIGINT; 0 when all exit 0."""
+    """Run ``workers`` copies of ``command``; forward SIGTERM/SIGINT; 0 when all exit 0
+    (or die of the forwarded signal while still starting)."""
     procs = [subprocess.Popen(command) for _ in range(workers)]
+    forwarded = {0}  # exit codes that count as clean
 
     def forward(sig: int, frame: Any) -> None:
+        forwarded.add(-sig)  # a worker still starting dies of it: it had nothing to drain
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(sig)
@@ -167,7 +170,7 @@ def supervise(command: list[str], workers: int) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    failed = [code for code in codes if code != 0]
+    failed = [code for code in codes if code not in forwarded]
     if failed:
         print(f"mlserve: {len(failed)} of {workers} workers failed: {codes}", file=sys.stderr)
     return 1 if failed else 0

@@ -53,7 +53,7 @@ async def _to_event(scope: Scope, receive: Any) -> Event:
         body=body or None,
         content_type=headers.get("content-type", ""),
         headers=headers,
-        method=scope["method"],
+        method="GET" if scope["method"] == "HEAD" else scope["method"],  # uvicorn drops the body
         path=scope["path"],
         trigger=_HTTP_TRIGGER,
     )

@@ -8,6 +8,7 @@ so the server-level handler can serve it to the mock server too.
 from __future__ import annotations
 
 import html
+import re
 from functools import cache
 from typing import Any
 
@@ -143,8 +144,12 @@ def _op(
             "content": {
                 "application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}},
                 "application/octet-stream": {
-                    "description": "binary tensor data extension: JSON header of "
-                    "Inference-Header-Content-Length bytes, then raw tensors"
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "binary tensor data extension: JSON header of "
+                        "Inference-Header-Content-Length bytes, then raw tensors",
+                    }
                 },
             },
         }
@@ -190,6 +195,30 @@ def _model_paths(prefix: str) -> dict[str, Any]:
             )
         },
     }
+
+
+def _tfserving_paths() -> dict[str, Any]:
+    """TensorFlow Serving's REST API (``/v1``), for a model, a version or a label."""
+    paths: dict[str, Any] = {}
+    for prefix in (
+        "/v1/models/{model}",
+        "/v1/models/{model}/versions/{version}",
+        "/v1/models/{model}/labels/{label}",
+    ):
+        paths[prefix] = {"get": _op("TF Serving model version status", errors="404")}
+        paths[f"{prefix}/metadata"] = {
+            "get": _op("TF Serving metadata (signature_def)", errors="404 503")
+        }
+        paths[f"{prefix}:predict"] = {
+            "post": _op(
+                "TF Serving predict: 'instances' (row form) or 'inputs' (columnar form)",
+                errors="400 404 500 503",
+            )
+        }
+    return paths
+
+
+_ENDPOINTS = "/api/v1/projects/{project}/model-endpoints"
 
 
 def _paths() -> dict[str, Any]:
@@ -250,6 +279,16 @@ def _paths() -> dict[str, Any]:
     }
     paths.update(_model_paths(_MODEL))
     paths.update(_model_paths(_VERSIONED))
+    paths.update(_tfserving_paths())
+    paths[_ENDPOINTS] = {"get": _op("Model endpoint records of a project (when tracked)")}
+    paths[f"{_ENDPOINTS}/{{uid}}"] = {"get": _op("One model endpoint record", errors="404")}
+    for path, item in paths.items():
+        names = re.findall(r"{(\w+)}", path)
+        if names:  # OpenAPI 3 requires every templated name declared as a path parameter
+            item["parameters"] = [
+                {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                for name in names
+            ]
     return paths
 
 
@@ -281,6 +320,8 @@ def docs_page(doc: dict[str, Any]) -> str:
     rows = []
     for path, operations in doc["paths"].items():
         for method, operation in operations.items():
+            if method == "parameters":
+                continue
             codes = ", ".join(operation.get("responses", {}))
             rows.append(
                 f"<tr><td class=m>{method.upper()}</td><td><code>{html.escape(path)}</code></td>"

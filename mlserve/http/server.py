@@ -169,7 +169,7 @@ class HTTPProtocol(asyncio.Protocol):
             body=body or None,
             content_type=headers.get("content-type", ""),
             headers=headers,
-            method=method,
+            method="GET" if method == "HEAD" else method,  # HEAD answers as GET, without the body
             path=request_path(self.url),
             trigger=_HTTP_TRIGGER,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -119,6 +120,29 @@ async def test_openapi_document_and_docs_page(http: httpx.AsyncClient) -> None:
         "/v2/models/{model}/config",
     ):
         assert path in doc["paths"], path
+    served = {  # answered by the TF Serving and model-endpoint faces too
+        "/v1/models/{model}": "get",
+        "/v1/models/{model}/metadata": "get",
+        "/v1/models/{model}:predict": "post",
+        "/v1/models/{model}/versions/{version}": "get",
+        "/v1/models/{model}/versions/{version}/metadata": "get",
+        "/v1/models/{model}/versions/{version}:predict": "post",
+        "/v1/models/{model}/labels/{label}": "get",
+        "/v1/models/{model}/labels/{label}/metadata": "get",
+        "/v1/models/{model}/labels/{label}:predict": "post",
+        "/api/v1/projects/{project}/model-endpoints": "get",
+        "/api/v1/projects/{project}/model-endpoints/{uid}": "get",
+    }
+    for path, method in served.items():
+        assert method in doc["paths"].get(path, {}), path
+    for path, item in doc["paths"].items():  # OpenAPI 3: templated names are declared
+        declared = {p["name"] for p in item.get("parameters", []) if p["in"] == "path"}
+        assert declared == set(re.findall(r"{(\w+)}", path)), path
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                assert set(media) <= {"schema", "example", "examples", "encoding"}, path
     page = await http.get("/docs")
     assert page.headers["content-type"].startswith("text/html")
     assert "/v2/repository/models/{model}/unload" in page.text and "<table>" in page.text
