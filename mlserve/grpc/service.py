@@ -55,9 +55,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
         body = (await self._call(context, "/v2")).body
-        return pb.ServerMetadataResponse(
-            name=body["name"], version=body["version"], extensions=body["extensions"]
-        )
+        # The REST extensions (binary data, repository, statistics, configuration) have no
+        # gRPC methods here: a gRPC client is told of none.
+        return pb.ServerMetadataResponse(name=body["name"], version=body["version"], extensions=[])
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         response = await self._call(context, _model_path(request.name, request.version))
