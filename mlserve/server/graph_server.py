@@ -201,7 +201,7 @@ class GraphServer:
             content_type=content_type,
             headers=headers,
             method=method or None,
-            path=path,
+            path=path.partition("?")[0],
             event_id=event_id,
             trigger=trigger,
         )
@@ -220,6 +220,9 @@ class GraphServer:
         event.content_type = event.content_type or self.default_content_type or ""
         body = event.body
         if not isinstance(body, (str, bytes, bytearray, memoryview)):
+            return
+        if not body:  # an empty body is no body, as the HTTP face hands it over
+            event.body = None
             return
         header_length = _header(event.headers, BINARY_HEADER)
         if header_length is not None:
