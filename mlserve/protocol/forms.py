@@ -87,7 +87,7 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_parameters(body: dict[str, Any]) -> None:
-    """``parameters`` of the request and of requested outputs are objects (else a 400, not a 500 later)."""
+    """Request and requested-output ``parameters`` are objects: a 400 here, not a 500 later."""
     places = [("the request", body)]
     outputs = body.get("outputs")
     if isinstance(outputs, list):
