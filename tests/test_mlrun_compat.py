@@ -204,6 +204,9 @@ MALFORMED: list[tuple[str, str, Any, str | None, int]] = [
     ("POST", "/v2/models/m1/xx", {"inputs": [5]}, None, 400),
     ("POST", "/", {"model": "nope", "inputs": [5]}, None, 404),
     ("GET", "/nope", None, None, 404),
+    ("GET", "/v2/models/%2e%2e/ready", None, None, 404),
+    ("GET", "/v2/models/m1%2Fx/ready", None, None, 400),
+    ("GET", "/v2/models/m1/explain", None, None, 400),
 ]
 
 GOOD: list[tuple[str, str, Any, str | None]] = [
@@ -269,6 +272,18 @@ def test_good_input_is_the_same_200_through_both_faces(
     answer, mock = both(server, http, method, path, body, ctype)
     assert answer[0] == mock[0] == 200
     assert _same(answer[1]) == _same(mock[1])
+
+
+def test_a_missing_body_is_named_plainly(server: GraphServer) -> None:
+    resp = server.test("/v2/models/m1/infer", body=b"", silent=True)
+    assert resp.body == {
+        "error": "InvalidInput: the request body must be a JSON object, got an empty body"
+    }
+
+
+def test_percent_encoded_model_names_route(server: GraphServer, http: ServerProcess) -> None:
+    answer, mock = both(server, http, "GET", "/v2/models/m3%3Av1/ready", None, None)
+    assert answer == mock == (200, {"name": "m3", "ready": True})
 
 
 def test_body_id_is_echoed_through_both_faces(server: GraphServer, http: ServerProcess) -> None:
