@@ -11,6 +11,7 @@ import logging
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 from mlserve.context import GraphContext
 from mlserve.graph.steps import BaseStep, step_from_dict
@@ -201,7 +202,7 @@ class GraphServer:
             content_type=content_type,
             headers=headers,
             method=method or None,
-            path=path.partition("?")[0],
+            path=unquote(path.partition("?")[0]),  # as an ASGI server hands it over
             event_id=event_id,
             trigger=trigger,
         )
