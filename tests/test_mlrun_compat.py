@@ -79,6 +79,8 @@ def test_ensemble_get_models_and_infer() -> None:
         resp = server.test(f"/v2/models/{url}/infer", testdata)
         assert resp["outputs"] == {"predictions": [expected]}
     assert server.test("/v2/models/infer", testdata)["outputs"] == {"predictions": [1250.0]}
+    for url in ("/v2/models/VotingEnsemble/ready", "/v2/models/m3/versions/v1/ready"):
+        assert server.test(url, method="GET")["ready"] is True
 
 
 def test_v2_stream_mode(server: GraphServer) -> None:
