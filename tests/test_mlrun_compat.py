@@ -292,3 +292,18 @@ def test_body_id_is_echoed_through_both_faces(server: GraphServer, http: ServerP
     body = {"inputs": [T], "id": "my-id"}
     answer, mock = both(server, http, "POST", "/v2/models/echo/infer", body, None)
     assert answer[1]["id"] == mock[1]["id"] == "my-id"
+
+
+def test_ensemble_is_not_ready_while_a_voter_failed_to_load() -> None:
+    class Broken(EnsembleModelTestingClass):
+        def load(self) -> None:
+            raise RuntimeError("no weights")
+
+    fn = mlrun.new_function("tests", kind="serving")
+    fn.set_topology("router", mlrun.VotingEnsemble(prediction_col_name="predictions"))
+    fn.add_model("a", ".", class_name=EnsembleModelTestingClass, multiplier=1)
+    fn.add_model("b", ".", class_name=Broken, multiplier=3)
+    server = fn.to_mock_server()
+    resp = server.test("/v2/models/VotingEnsemble/ready", method="GET", silent=True)
+    assert (resp.status_code, resp.body) == (503, {"name": "VotingEnsemble", "ready": False})
+    assert server.test("/v2/models/a/ready", method="GET") == {"name": "a", "ready": True}
