@@ -342,7 +342,8 @@ class V2ModelServer:
         await self._wait_ready(event, runner)
         start = datetime.now(UTC)
         if not isinstance(body, dict):
-            raise InvalidInput(f"the request body must be a JSON object, got {type(body).__name__}")
+            got = "an empty body" if body is None else type(body).__name__
+            raise InvalidInput(f"the request body must be a JSON object, got {got}")
         request: Any = body
         started_ns = time.perf_counter_ns()
         try:

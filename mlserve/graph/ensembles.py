@@ -29,7 +29,7 @@ from mlserve.graph.routers import _VERSIONED, BaseModelRouter, _run_sync
 from mlserve.protocol.errors import InvalidInput, ModelNotFound
 from mlserve.protocol.forms import build_outputs, decode_request, is_tensor_inputs
 from mlserve.protocol.tensors import decode_tensor
-from mlserve.server.events import Event
+from mlserve.server.events import Event, Response
 
 __all__ = ["EXECUTOR_TYPES", "VOTE_TYPES", "ParallelRun", "VotingEnsemble"]
 
@@ -224,6 +224,10 @@ class VotingEnsemble(ParallelRun):
             return await run(self.routes[target], event)  # type: ignore[no-any-return]
         if event.method == "GET" and not op:
             event.body = self.get_metadata()
+            return event
+        if event.method == "GET" and op == "ready":  # ready when every voter is (S4)
+            ready = self.is_ready()
+            event.body = Response({"name": self.name, "ready": ready}, 200 if ready else 503)
             return event
         return await self._vote(event, op or "infer", run)
 

@@ -360,6 +360,13 @@ class RouterStep(TaskStep):
     def routes(self) -> dict[str, TaskStep]:
         return self._routes
 
+    @routes.setter
+    def routes(self, routes: dict[str, TaskStep]) -> None:
+        """mlrun's ``graph.routes = {...}``: replace every route, through add_route's checks."""
+        self._routes = {}
+        for key, route in routes.items():
+            self.add_route(key, route)
+
     def _field_value(self, field: str) -> Any:
         if field == "routes":
             return {key: route.to_dict() for key, route in self._routes.items()}

@@ -72,6 +72,7 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
     inputs = body.get("inputs")
     if not is_tensor_inputs(inputs):
         return body
+    _check_parameters(body)
     tensors: dict[str, np.ndarray] = {}
     for obj in inputs:
         name = str(obj["name"])
@@ -83,6 +84,20 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
     request.input_objects = inputs
     request["inputs"] = next(iter(tensors.values())) if len(tensors) == 1 else tensors
     return request
+
+
+def _check_parameters(body: dict[str, Any]) -> None:
+    """Request and requested-output ``parameters`` are objects: a 400 here, not a 500 later."""
+    places = [("the request", body)]
+    outputs = body.get("outputs")
+    if isinstance(outputs, list):
+        places += [(f"output {o.get('name')!r}", o) for o in outputs if isinstance(o, dict)]
+    for where, obj in places:
+        params = obj.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise InvalidInput(
+                f"'parameters' of {where} must be an object, got {type(params).__name__}"
+            )
 
 
 def _shape_matches(expected: list[int], got: tuple[int, ...]) -> bool:

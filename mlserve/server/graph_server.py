@@ -11,6 +11,7 @@ import logging
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 from mlserve.context import GraphContext
 from mlserve.graph.steps import BaseStep, step_from_dict
@@ -201,7 +202,7 @@ class GraphServer:
             content_type=content_type,
             headers=headers,
             method=method or None,
-            path=path,
+            path=unquote(path.partition("?")[0]),  # as an ASGI server hands it over
             event_id=event_id,
             trigger=trigger,
         )
@@ -226,6 +227,9 @@ class GraphServer:
         event.content_type = event.content_type or self.default_content_type or ""
         body = event.body
         if not isinstance(body, (str, bytes, bytearray, memoryview)):
+            return
+        if not body:  # an empty body is no body, as the HTTP face hands it over
+            event.body = None
             return
         header_length = _header(event.headers, BINARY_HEADER)
         if header_length is not None:
