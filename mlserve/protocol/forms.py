@@ -71,6 +71,8 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
     """The request predict sees: tensor form decoded, rows form as it came."""
     inputs = body.get("inputs")
     if not is_tensor_inputs(inputs):
+        if _meant_as_tensors(inputs):
+            _check_tensor_keys(inputs)
         return body
     _check_parameters(body)
     tensors: dict[str, np.ndarray] = {}
@@ -98,6 +100,24 @@ def _check_parameters(body: dict[str, Any]) -> None:
             raise InvalidInput(
                 f"'parameters' of {where} must be an object, got {type(params).__name__}"
             )
+
+
+def _meant_as_tensors(inputs: Any) -> bool:
+    """Objects that all carry a ``datatype`` are tensors, even with keys missing
+    (rows of plain records carry no ``datatype``)."""
+    return (
+        isinstance(inputs, list)
+        and bool(inputs)
+        and all(isinstance(obj, dict) and "datatype" in obj for obj in inputs)
+    )
+
+
+def _check_tensor_keys(inputs: list[dict[str, Any]]) -> None:
+    for index, obj in enumerate(inputs):
+        missing = [key for key in _TENSOR_KEYS if key not in obj]
+        if missing:
+            name = obj.get("name", f"#{index}")
+            raise InvalidInput(f"input tensor '{name}' is missing {', '.join(missing)}")
 
 
 def _shape_matches(expected: list[int], got: tuple[int, ...]) -> bool:

@@ -280,3 +280,21 @@ def test_parse_json_body(body: Any, content_type: str, expected: Any) -> None:
 def test_parse_json_body_bad_json_with_json_type_is_400(content_type: str) -> None:
     with pytest.raises(InvalidInput, match="invalid JSON"):
         parse_json_body("{nope", content_type)
+
+
+@pytest.mark.parametrize(
+    ("obj", "missing"),
+    [
+        ({"name": "x", "datatype": "FP32", "data": [1.0]}, "shape"),
+        ({"shape": [1], "datatype": "FP32", "data": [1.0]}, "name"),
+        ({"datatype": "FP32", "data": [1.0]}, "name, shape"),
+    ],
+)
+def test_a_tensor_with_keys_missing_is_a_400_naming_them(obj: dict, missing: str) -> None:
+    with pytest.raises(InvalidInput, match=f"missing {missing}"):
+        decode_request({"inputs": [obj]})
+
+
+def test_rows_of_records_without_datatype_stay_rows() -> None:
+    body = {"inputs": [{"a": 1, "name": "x"}, {"a": 2}]}
+    assert decode_request(body) is body
