@@ -10,14 +10,14 @@ from tests import services
 
 
 @pytest.fixture(scope="session")
-def kafka() -> Iterator[services.KafkaService]:
+def kafka() -> Iterator[services.ProcessService]:
     broker = services.start_kafka()
     yield broker
     broker.stop()
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[services.RedisService]:
+def redis_server() -> Iterator[services.ProcessService]:
     server = services.start_redis()
     yield server
     server.stop()

