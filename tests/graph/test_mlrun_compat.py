@@ -3,8 +3,6 @@ test_serving.py), ported by changing imports; SPEC S5-S7 decide the answers."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +14,8 @@ import mlserve
 from mlserve import ServingRequestError
 from mlserve.graph.ensembles import ParallelRun, VotingEnsemble
 from tests.graph import models
-from tests.services import free_port, wait_for_port
+from tests.netserver import start_server
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = Path(__file__).with_name("compat_steps.py")
 ROWS = {"inputs": [[1, 2], [3, 4]]}
 
@@ -277,19 +274,11 @@ def served() -> mlserve.ServingFunction:
 def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("compat")
     path = served().export(str(folder / "fn.yaml"))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlserve", "serve", path, "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_server(target=path)
     try:
-        wait_for_port(port, timeout=60, proc=proc)
-        yield f"http://127.0.0.1:{port}"
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 def test_export_and_import_keep_the_code(tmp_path: Path) -> None:

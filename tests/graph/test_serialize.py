@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -12,9 +10,7 @@ import pytest
 import mlserve
 from mlserve.graph.steps import step_from_dict
 from tests.graph.models import Const
-from tests.services import free_port, wait_for_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.netserver import start_server
 
 
 def rich_flow() -> mlserve.ServingFunction:
@@ -90,19 +86,11 @@ def served_flow() -> mlserve.ServingFunction:
 @pytest.fixture(scope="module")
 def http_url(tmp_path_factory: pytest.TempPathFactory) -> object:
     path = served_flow().export(str(tmp_path_factory.mktemp("export") / "served.yaml"))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlserve", "serve", path, "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_server(target=path)
     try:
-        wait_for_port(port, timeout=60, proc=proc)
-        yield f"http://127.0.0.1:{port}"
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 @pytest.mark.parametrize("body", [1, 150, "x"])
