@@ -35,11 +35,11 @@ system-deps:
 
 serve: install
 	@echo "try: curl -s http://$(HOST):$(PORT)/v2/models/flowers/infer -d '{\"inputs\": [[5.1, 3.5, 1.4, 0.2]]}'"
-	$(BIN)/mlserve serve examples/serving.py --host $(HOST) --port $(PORT)
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/mlserve serve examples/serving.py --host $(HOST) --port $(PORT)
 
 # The TensorFlow model repository of examples/ (docs/repository.md).
 serve-tf: install
-	$(BIN)/mlserve serve examples/tf_repository --host $(HOST) --port $(PORT)
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/mlserve serve examples/tf_repository --host $(HOST) --port $(PORT)
 
 test: install system-deps
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest -q -p no:cacheprovider
