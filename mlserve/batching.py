@@ -29,7 +29,6 @@ run on the loop, so they must stay light (the defaults are).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ import orjson
 
 from mlserve.protocol.errors import ModelError, TooManyRequests
 from mlserve.protocol.forms import InferenceRequest
-from mlserve.server.aio import run_in_threadpool
+from mlserve.server.aio import in_thread, run_in_threadpool
 from mlserve.stats import ModelStats
 
 __all__ = ["Batcher", "BatchingRunner", "batching_runner"]
@@ -254,10 +253,7 @@ class Batcher:
             self.stats.record_execution(rows, time.perf_counter_ns() - started)
 
     async def _call(self, request: Any) -> Any:
-        result = await run_in_threadpool(self.predict, request)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await in_thread(self.predict, request)
 
 
 class BatchingRunner:
@@ -274,9 +270,7 @@ class BatchingRunner:
         if fn == self.model.predict and isinstance(args[0], InferenceRequest):
             return await self.batcher.submit(args[0])
         started = time.perf_counter_ns()
-        result = await run_in_threadpool(fn, *args)
-        if inspect.isawaitable(result):
-            result = await result
+        result = await in_thread(fn, *args)
         if fn == self.model.predict:  # a request run alone is one execution
             self.model.stats.record_execution(1, time.perf_counter_ns() - started)
         return result
