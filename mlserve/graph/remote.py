@@ -15,13 +15,18 @@ from urllib.parse import urlsplit
 
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import ModelNotReady
-from mlserve.protocol.tensors import RAW, dumps, join_binary_body, loads, split_binary_body
+from mlserve.protocol.tensors import (
+    BINARY_HEADER,
+    RAW,
+    dumps,
+    join_binary_body,
+    loads,
+    split_binary_body,
+)
 from mlserve.server.aio import run_in_threadpool
 from mlserve.server.events import Event, Response
 
 __all__ = ["RemoteModel"]
-
-_BINARY_HEADER = "Inference-Header-Content-Length"
 
 
 class RemoteModel(V2ModelServer):
@@ -93,7 +98,7 @@ class RemoteModel(V2ModelServer):
             except (OSError, http.client.HTTPException) as exc:
                 if attempt == 1:
                     raise ModelNotReady(f"remote model {self.url} is unreachable: {exc}") from exc
-        header_length = response.getheader(_BINARY_HEADER)
+        header_length = response.getheader(BINARY_HEADER)
         if header_length is not None:
             return response.status, split_binary_body(data, int(header_length))
         if (response.getheader("content-type") or "").startswith("application/json"):
@@ -112,6 +117,6 @@ def _encode(body: Any) -> tuple[bytes | None, dict[str, str]]:
         data, header_length = join_binary_body(body)
         return data, {
             "Content-Type": "application/octet-stream",
-            _BINARY_HEADER: str(header_length),
+            BINARY_HEADER: str(header_length),
         }
     return dumps(body), {"Content-Type": "application/json"}

@@ -35,6 +35,7 @@ import orjson
 from mlserve.protocol.errors import InvalidInput
 
 __all__ = [
+    "BINARY_HEADER",
     "DATATYPES",
     "RAW",
     "datatype_of",
@@ -66,6 +67,9 @@ DATATYPES: dict[str, np.dtype[Any]] = {
 }
 
 RAW = "_raw_contents"
+
+# The header of the binary data extension: the length of the JSON part of the body.
+BINARY_HEADER = "Inference-Header-Content-Length"
 
 Array = npt.NDArray[Any]
 

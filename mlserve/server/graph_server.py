@@ -17,7 +17,14 @@ from mlserve.context import GraphContext
 from mlserve.graph.steps import BaseStep, step_from_dict
 from mlserve.protocol.errors import InvalidInput, error_body, status_of
 from mlserve.protocol.forms import parse_json_body
-from mlserve.protocol.tensors import RAW, dumps, join_binary_body, loads, split_binary_body
+from mlserve.protocol.tensors import (
+    BINARY_HEADER,
+    RAW,
+    dumps,
+    join_binary_body,
+    loads,
+    split_binary_body,
+)
 from mlserve.server.aio import BackgroundLoop
 from mlserve.server.events import Event, Response, Trigger
 from mlserve.server.extensions import install as install_extensions
@@ -35,7 +42,6 @@ logger = logging.getLogger("mlserve.server")
 # A server-level route answered before the graph (metrics, stats, repository,
 # endpoint records, ...): returns None, quickly, for paths that are not its own.
 ServerHandler = Callable[["GraphServer", Event], Awaitable["Response | None"]]
-BINARY_HEADER = "inference-header-content-length"
 
 
 class ServingRequestError(RuntimeError):
@@ -231,7 +237,7 @@ class GraphServer:
         if not body:  # an empty body is no body, as the HTTP face hands it over
             event.body = None
             return
-        header_length = _header(event.headers, BINARY_HEADER)
+        header_length = _header(event.headers, BINARY_HEADER.lower())
         if header_length is not None:
             event.body = split_binary_body(bytes(body), _int_header(header_length))
             return
@@ -267,9 +273,7 @@ def _int_header(value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise InvalidInput(
-            f"header Inference-Header-Content-Length must be an integer, got {value!r}"
-        ) from None
+        raise InvalidInput(f"header {BINARY_HEADER} must be an integer, got {value!r}") from None
 
 
 def encode_response(response: Response) -> Response:
@@ -286,7 +290,7 @@ def encode_response(response: Response) -> Response:
         )
     if isinstance(body, dict) and _has_raw_outputs(body):
         data, header_length = join_binary_body(body)
-        headers = {**response.headers, "Inference-Header-Content-Length": str(header_length)}
+        headers = {**response.headers, BINARY_HEADER: str(header_length)}
         return Response(data, response.status_code, "application/octet-stream", headers)
     try:
         data = dumps(body)
