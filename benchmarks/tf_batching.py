@@ -187,7 +187,7 @@ def run_mlserver(model: Path, batching: bool, duration: int) -> dict[str, float]
         "grpc_port": free_port(),
         "metrics_port": free_port(),
         "host": "127.0.0.1",
-        # one process, as benchmarks/run.py does: MLServer 1.7.1's worker pool
+        # one process, as benchmarks/http_load.py does: MLServer 1.7.1's worker pool
         # fails to start under the uvloop installed beside it
         "parallel_workers": 0,
     }

@@ -1,10 +1,14 @@
--- POST the file named by $BENCH_BODY with $BENCH_CONTENT_TYPE to every request,
+-- POST the file named by $BENCH_BODY with $BENCH_CONTENT_TYPE (and $BENCH_HEADERS) to every request,
 -- and print one JSON line of results (latencies in microseconds) at the end.
 local file = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
 wrk.method = "POST"
 wrk.body = file:read("*a")
 file:close()
 wrk.headers["Content-Type"] = os.getenv("BENCH_CONTENT_TYPE") or "application/json"
+-- $BENCH_HEADERS: more headers, one "Name: value" per line (tritonclient's binary form).
+for name, value in string.gmatch(os.getenv("BENCH_HEADERS") or "", "([^:\n]+):%s*([^\n]*)") do
+  wrk.headers[name] = value
+end
 
 function done(summary, latency, requests)
   local e = summary.errors

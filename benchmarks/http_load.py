@@ -1,0 +1,271 @@
+"""HTTP load on loopback: mlserve against MLServer, KServe and a bare ASGI floor.
+
+    python -m benchmarks.http_load [--duration 5] [--repeat 3] [--connections 1 8 64]
+    python -m benchmarks.http_load --servers mlserve floor --no-doc
+
+Each server serves the same echo model (a [1, 4] FP32 tensor in, the same out)
+with one process, and runs alone while ``wrk`` drives it: the machine has few
+cores and the load generator shares them. Rounds alternate the servers, and the
+table gives the median of the rounds. The request forms: V2 JSON ``tensor``,
+tritonclient's ``binary`` form (raw bytes after a JSON header) and mlrun's
+``rows``. The peers live in benchmarks/.envs/, created on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    ENVS,
+    HERE,
+    cpu_seconds,
+    ensure_env,
+    exit_on_sigterm,
+    free_port,
+    machine,
+    median_of,
+    progress,
+    running,
+    save_raw,
+    version,
+    write_section,
+    wrk,
+)
+
+INFER_PATH = "/v2/models/echo/infer"
+VALUES = [1.0, 2.0, 3.0, 4.0]
+
+
+@dataclass(frozen=True)
+class Form:
+    """One way to send the same [1, 4] FP32 tensor."""
+
+    body: bytes
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _binary() -> Form:
+    """tritonclient's default: a JSON header, then the raw tensor bytes; output raw too."""
+    header = {
+        "inputs": [
+            {
+                "name": "input-0",
+                "shape": [1, 4],
+                "datatype": "FP32",
+                "parameters": {"binary_data_size": 16},
+            }
+        ],
+        "outputs": [{"name": "output-0", "parameters": {"binary_data": True}}],
+    }
+    head = json.dumps(header).encode()
+    body = head + struct.pack("<4f", *VALUES)
+    return Form(
+        body, "application/octet-stream", (("Inference-Header-Content-Length", str(len(head))),)
+    )
+
+
+TENSOR = Form(
+    json.dumps(
+        {"inputs": [{"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": VALUES}]}
+    ).encode()
+)
+ROWS = Form(json.dumps({"inputs": [VALUES]}).encode())
+BINARY = _binary()
+
+
+@dataclass
+class Server:
+    """How to start one server, and the request forms measured on it."""
+
+    name: str
+    forms: dict[str, Form]
+    command: Callable[[int, Path], list[str]]
+    env: str | None = None  # the peer environment, None for this interpreter
+
+
+def _floor(port: int, workdir: Path) -> list[str]:
+    return [sys.executable, str(HERE / "servers" / "floor.py"), str(port)]
+
+
+def _mlserve(port: int, workdir: Path) -> list[str]:
+    model = str(HERE / "servers" / "mlserve_model.py")
+    return [sys.executable, "-m", "mlserve", "serve", model, "--port", str(port)]
+
+
+def _mlserver(port: int, workdir: Path) -> list[str]:
+    (workdir / "mlserver_model.py").write_text((HERE / "servers" / "mlserver_model.py").read_text())
+    # One process: parallel_workers=0 runs inference in the server process (no IPC hop).
+    settings = {
+        "debug": False,
+        "host": "127.0.0.1",
+        "http_port": port,
+        "grpc_port": free_port(),
+        "metrics_port": free_port(),
+        "parallel_workers": 0,
+    }
+    (workdir / "settings.json").write_text(json.dumps(settings))
+    model = {"name": "echo", "implementation": "mlserver_model.Echo"}
+    (workdir / "model-settings.json").write_text(json.dumps(model))
+    return [str(ENVS / "mlserver" / "bin" / "mlserver"), "start", str(workdir)]
+
+
+def _kserve(port: int, workdir: Path) -> list[str]:
+    script = str(HERE / "servers" / "kserve_model.py")
+    return [str(ENVS / "kserve" / "bin" / "python"), script, "--http_port", str(port)]
+
+
+SERVERS = [
+    Server("floor", {"tensor": TENSOR}, _floor),
+    Server("mlserve", {"tensor": TENSOR, "binary": BINARY, "rows": ROWS}, _mlserve),
+    Server("MLServer", {"tensor": TENSOR}, _mlserver, env="mlserver"),
+    Server("KServe", {"tensor": TENSOR}, _kserve, env="kserve"),
+]
+
+
+def check_answer(url: str, form: Form) -> None:
+    """One request before the load: the server must echo the tensor (or rows)."""
+    headers = {"Content-Type": form.content_type, **dict(form.headers)}
+    request = urllib.request.Request(url, data=form.body, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        length = answer.headers.get("Inference-Header-Content-Length")
+        raw = answer.read()
+    if length is not None:
+        data = list(struct.unpack("<4f", raw[int(length) :]))
+    else:
+        outputs = json.loads(raw)["outputs"]
+        data = outputs[0] if form is ROWS else outputs[0]["data"]
+    if [float(x) for x in data] != VALUES:
+        raise RuntimeError(f"{url} answered {raw[:300]!r}")
+
+
+def measure(server: Server, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    with running(server.command, server.name) as (port, pid, _):
+        url = f"http://127.0.0.1:{port}{INFER_PATH}"
+        for name, form in server.forms.items():
+            check_answer(url, form)
+            load = {"content_type": form.content_type, "headers": dict(form.headers)}
+            wrk(url, form.body, 8, args.warmup, **load)
+            for connections in args.connections:
+                cpu = cpu_seconds(pid)
+                result = wrk(url, form.body, connections, args.duration, **load)
+                result["cpu_us"] = (cpu_seconds(pid) - cpu) / result["requests"] * 1e6
+                bad = sum(result["errors"].values())
+                progress(
+                    f"http {server.name:8} {name:6} c={connections:<3} {result['rps']:8.0f} req/s"
+                    f"  p50 {result['p50_us'] / 1e3:5.2f} ms  p99 {result['p99_us'] / 1e3:6.2f} ms"
+                    + (f"  ERRORS {result['errors']}" if bad else "")
+                )
+                rows.append(
+                    {"server": server.name, "form": name, "connections": connections, **result}
+                )
+    return rows
+
+
+Stats = dict[tuple[str, str, int], dict[str, float]]
+
+
+def medians(rows: list[dict[str, Any]]) -> Stats:
+    """Per (server, form, connections): the median over the rounds."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["server"], row["form"], row["connections"]), []).append(row)
+    return {
+        key: median_of(group, "rps", "p50_us", "p99_us", "cpu_us") for key, group in groups.items()
+    }
+
+
+def table(stats: Stats, args: argparse.Namespace) -> str:
+    peers = f"MLServer {version('mlserver')}, KServe {version('kserve')}"
+    lines = [
+        "## HTTP: mlserve, MLServer, KServe and the floor",
+        "",
+        f"Command: `python -m benchmarks.http_load --duration {args.duration:g} --repeat "
+        f"{args.repeat}`. {machine()}; {peers}; {args.duration:g} s per point after a "
+        f"{args.warmup:g} s warm-up, median of {args.repeat} alternating round(s).",
+        "",
+        "| server | body | connections | requests/s | p50 ms | p99 ms | server CPU us/request |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (name, form, conns), s in stats.items():
+        lines.append(
+            f"| {name} | {form} | {conns} | {s['rps']:,.0f} | {s['p50_us'] / 1000:.2f} | "
+            f"{s['p99_us'] / 1000:.2f} | {s['cpu_us']:.0f} |"
+        )
+    lines += [
+        "",
+        "| connections | mlserve/MLServer req/s | mlserve/KServe req/s "
+        "| mlserve/floor req/s | p99 mlserve vs MLServer (ms) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for conns in args.connections:
+        ours = stats.get(("mlserve", "tensor", conns))
+        others = {n: stats.get((n, "tensor", conns)) for n in ("MLServer", "KServe", "floor")}
+        if ours is None or None in others.values():
+            continue
+        ratio = {n: ours["rps"] / p["rps"] for n, p in others.items() if p}
+        lines.append(
+            f"| {conns} | {ratio['MLServer']:.2f}x | {ratio['KServe']:.2f}x | {ratio['floor']:.0%} "
+            f"| {ours['p99_us'] / 1000:.2f} vs {others['MLServer']['p99_us'] / 1000:.2f} |"  # type: ignore[index]
+        )
+    return "\n".join([*lines, "", goals(stats)])
+
+
+def goals(stats: Stats) -> str:
+    ours, peer, floor = (stats.get((n, "tensor", 8)) for n in ("mlserve", "MLServer", "floor"))
+    if not (ours and peer and floor):
+        return "Goals not evaluated: 8 connections was not measured for every server."
+    speed, share = ours["rps"] / peer["rps"], ours["rps"] / floor["rps"]
+    lower = ours["p99_us"] < peer["p99_us"]
+    return "\n".join(
+        [
+            "Goals (issue 15), tensor body at 8 connections:",
+            "",
+            f"- at least 8x MLServer's requests/s: {speed:.2f}x, "
+            + ("met" if speed >= 8 else "not met"),
+            f"- a lower p99 than MLServer's: {ours['p99_us'] / 1000:.2f} ms vs "
+            f"{peer['p99_us'] / 1000:.2f} ms, " + ("met" if lower else "not met"),
+            f"- at least 60% of the bare ASGI floor: {share:.0%}, "
+            + ("met" if share >= 0.6 else "not met"),
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per point")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load first")
+    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
+    parser.add_argument("--connections", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--servers", nargs="+", default=[s.name for s in SERVERS])
+    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    args = parser.parse_args(argv)
+    servers = [s for s in SERVERS if s.name in args.servers]
+    for env in sorted({s.env for s in servers if s.env}):
+        ensure_env(env)
+    exit_on_sigterm()
+    rows: list[dict[str, Any]] = []
+    for round_ in range(args.repeat):
+        progress(f"http: round {round_ + 1}/{args.repeat}")
+        for server in servers:
+            rows += [{**row, "round": round_} for row in measure(server, args)]
+    save_raw("http", {"args": vars(args), "runs": rows})
+    text = table(medians(rows), args)
+    print(text)
+    if not args.no_doc:
+        write_section("http", text)
+
+
+if __name__ == "__main__":
+    main()
