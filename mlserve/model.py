@@ -82,11 +82,11 @@ class _AsyncRunner:
 
 
 def _is_coroutine_function(fn: Any) -> bool:
-    """``inspect.iscoroutinefunction`` for the common case (a method defined with
-    ``async def``) in one attribute read; anything else asks inspect."""
+    """``inspect.iscoroutinefunction`` for the common case (a plain method) in one
+    attribute read; anything else (a partial, a callable object) asks inspect."""
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    if code is not None and code.co_flags & inspect.CO_COROUTINE:
-        return True
+    if code is not None:
+        return bool(code.co_flags & inspect.CO_COROUTINE)
     return inspect.iscoroutinefunction(fn)
 
 
