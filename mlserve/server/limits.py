@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import statistics
 import time
 import weakref
@@ -153,8 +154,8 @@ class ModelGate:
     costs more than the call itself, and the GIL serialises the two anyway, so its
     calls run inline on the event loop (``inline``). Such a call holds the loop no
     longer than a request's parse does; the first inline call that takes
-    ``STALL_FACTOR`` times the bound sends the model back to its threads for good,
-    so a model that turns slow stalls the loop at most once.
+    ``STALL_FACTOR`` times the bound, computing or waiting, sends the model back to
+    its threads for good, so a model that turns slow stalls the loop at most once.
     """
 
     concurrency: int
@@ -162,6 +163,8 @@ class ModelGate:
     inline_ns: int = 0  # 0: never inline
     admitted: int = 0  # calls running or waiting for a thread
     inline: bool = False
+    name: str = ""  # the model's, for the log
+    _learnt: bool = field(default=False, init=False, repr=False)
     _samples: list[tuple[int, int]] = field(default_factory=list, init=False, repr=False)
     _pool: WorkerPool = field(init=False, repr=False)
     _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
@@ -178,7 +181,7 @@ class ModelGate:
         self._admit()
         loop = asyncio.get_running_loop()
         call = partial(fn, *args)
-        if self.inline_ns and len(self._samples) < WARM_CALLS + LEARN_CALLS:
+        if self.inline_ns and not self._learnt:
             call = partial(self._timed, call)
         future = self._pool.submit(loop, call)
         future.add_done_callback(self._release)
@@ -186,19 +189,31 @@ class ModelGate:
 
     def run_inline(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run sync ``fn(*args)`` here, on the loop (only while ``inline``)."""
+        before = resource.getrusage(resource.RUSAGE_THREAD)
         start = time.perf_counter_ns()
         try:
             return fn(*args)
         finally:
             took = time.perf_counter_ns() - start
             if took > self.inline_ns * STALL_FACTOR:
-                self.inline = False
-                self.inline_ns = 0  # never again
-                logger.info(
-                    "a call took %.1f ms on the event loop: the model runs on its threads "
-                    "from now on",
-                    took / 1e6,
-                )
+                self._stalled(took, before)
+
+    def _stalled(self, took: int, before: Any) -> None:
+        """A long call on the loop: if the model made it long (it computed, or it
+        blocked: I/O, a sleep, a lock), the model goes back to its threads for
+        good; if the machine did (another process had the core), it stays."""
+        after = resource.getrusage(resource.RUSAGE_THREAD)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        blocked = after.ru_nvcsw > before.ru_nvcsw  # voluntary switches: it waited
+        if cpu * 1e9 <= self.inline_ns * STALL_FACTOR and not blocked:
+            return
+        self.inline = False
+        self.inline_ns = 0  # never again
+        logger.info(
+            "model %s: a call took %.1f ms on the event loop: it runs on its threads from now on",
+            self.name,
+            took / 1e6,
+        )
 
     def _timed(self, call: Callable[[], Any]) -> Any:
         """``call()`` on a model thread, timed while the gate learns.
@@ -214,10 +229,19 @@ class ModelGate:
             cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
             samples = self._samples
             samples.append((cpu, wall - cpu))
-            if len(samples) >= WARM_CALLS + LEARN_CALLS and self.inline_ns:
+            if len(samples) >= WARM_CALLS + LEARN_CALLS and not self._learnt:
+                self._learnt = True
                 learnt = samples[WARM_CALLS : WARM_CALLS + LEARN_CALLS]
-                cheap = statistics.median(c for c, _ in learnt) <= self.inline_ns
-                self.inline = cheap and min(w for _, w in learnt) <= self.inline_ns
+                cpu = statistics.median(c for c, _ in learnt)
+                waited = min(w for _, w in learnt)
+                self.inline = cpu <= self.inline_ns and waited <= self.inline_ns
+                logger.info(
+                    "model %s: a call takes %.0f us of CPU (median), waits %.0f us or more: %s",
+                    self.name,
+                    cpu / 1000,
+                    waited / 1000,
+                    "it runs on the event loop" if self.inline else "it stays on its threads",
+                )
 
     async def run_async(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Await an async model's call: at most ``concurrency`` at once, ``queue`` waiting,
@@ -255,6 +279,7 @@ def gate_of(model: Any, limits: ServerLimits) -> ModelGate:
     if gate is None:
         inline_ns = int(limits.inline_predict_us * 1000)
         gate = ModelGate(limits.model_concurrency, limits.model_queue, inline_ns)
+        gate.name = str(getattr(model, "name", ""))
         model._gate = gate
     return gate
 

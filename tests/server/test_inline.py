@@ -19,14 +19,20 @@ LEARNING = WARM_CALLS + LEARN_CALLS
 
 
 class _Where(V2ModelServer):
-    """Answers the name of the thread its predict ran on; sleeps ``inputs[0]`` seconds."""
+    """Answers the name of the thread its predict ran on; sleeps ``inputs[0]`` seconds
+    (computes, when negative)."""
 
     def load(self) -> None:
         pass
 
     def predict(self, request: dict[str, Any]) -> Any:
-        if request["inputs"][0]:
-            time.sleep(request["inputs"][0])
+        seconds = request["inputs"][0]
+        if isinstance(seconds, float) and seconds < 0:
+            until = time.thread_time() - seconds
+            while time.thread_time() < until:
+                pass
+        elif seconds:
+            time.sleep(seconds)
         return [threading.current_thread().name]
 
 
@@ -76,12 +82,12 @@ def test_a_model_that_waits_on_io_stays_on_its_threads() -> None:
 
 
 def test_an_inline_model_that_turns_slow_goes_back_to_its_threads_for_good() -> None:
-    server = _server(inline_predict_us=200)
-    _threads(server, *[0.0] * LEARNING)
-    slow = _threads(server, 0.02)  # 20 ms: over 50 times the 0.2 ms bound
-    assert slow == [threading.current_thread().name]
-    assert not _gate(server).inline
-    assert _on_workers(_threads(server, *[0.0] * (LEARNING + 5)))
+    for slow in (0.02, -0.02):  # 20 ms asleep, then computing: over 50 times the 0.2 ms bound
+        server = _server(inline_predict_us=200)
+        _threads(server, *[0.0] * LEARNING)
+        assert _threads(server, slow) == [threading.current_thread().name]
+        assert not _gate(server).inline
+        assert _on_workers(_threads(server, *[0.0] * (LEARNING + 5)))
 
 
 def test_inline_predict_us_0_keeps_every_call_on_threads() -> None:
@@ -95,11 +101,11 @@ def test_an_inline_model_answers_errors_as_on_its_threads() -> None:
     _threads(server, *[0.0] * LEARNING)
     assert _gate(server).inline
     try:
-        _threads(server, -1.0)  # time.sleep(-1): the model's own ValueError
+        _threads(server, -1)  # time.sleep(-1): the model's own ValueError
     except ValueError as exc:
         assert "must be non-negative" in str(exc)
     else:
         raise AssertionError("the model's error was lost")
     assert _threads(server, 0.0) == [threading.current_thread().name]
-    answer = server.test("/v2/models/where/infer", {"inputs": [-1.0]}, silent=True)
+    answer = server.test("/v2/models/where/infer", {"inputs": [-1]}, silent=True)
     assert answer.status_code == 500
