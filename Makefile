@@ -66,7 +66,7 @@ lint: install
 	$(BIN)/ruff format --check mlserve tests benchmarks examples
 
 bench: install system-deps
-	$(BIN)/python -m benchmarks.http_load
+	$(BIN)/python -m benchmarks
 
 clean:
 	rm -rf $(VENV) $(PROTOC_VENV) mlserve-data .pytest_cache

@@ -63,6 +63,14 @@ def env_python(name: str | None) -> str:
     return str(ENVS / name / "bin" / "python") if name else sys.executable
 
 
+def ensure_package(env: str, spec: str, module: str) -> None:
+    """Install ``spec`` into peer environment ``env`` unless ``module`` imports there."""
+    python = ensure_env(env)
+    if subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode:
+        progress(f"installing {spec} into the {env} environment; minutes, once")
+        subprocess.run([python, "-m", "pip", "install", "-q", spec], check=True)
+
+
 def ensure_env(name: str) -> str:
     """Create benchmarks/.envs/<name> with the peer installed, unless it exists; its python."""
     python = env_python(name)
@@ -205,19 +213,23 @@ def wrk(
     duration: float,
     content_type: str = "application/json",
     headers: dict[str, str] | None = None,
+    paths: list[str] | None = None,
 ) -> dict[str, Any]:
-    """POST ``body`` to ``url`` with wrk; requests/s, latency percentiles (us), errors."""
+    """POST ``body`` to ``url`` with wrk (to each of ``paths`` in turn, if given);
+    requests/s, latency percentiles (us), errors."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: run `make system-deps`")
     with tempfile.NamedTemporaryFile(prefix="bench-body-", delete=False) as file:
         file.write(body)
     argv = ["wrk", "-t", str(min(connections, 2)), "-c", str(connections)]
-    argv += ["-d", f"{duration:g}s", "--timeout", "10s", "-s", str(LUA), url]
+    seconds = max(1, round(duration))  # wrk takes whole seconds
+    argv += ["-d", f"{seconds}s", "--timeout", "10s", "-s", str(LUA), url]
     env = {
         **os.environ,
         "BENCH_BODY": file.name,
         "BENCH_CONTENT_TYPE": content_type,
         "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in (headers or {}).items()),
+        "BENCH_PATHS": ",".join(paths or []),
     }
     try:
         out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout

@@ -9,19 +9,17 @@ images of 784 floats to a softmax model (784 -> 10), over five protocols of one 
 Each protocol runs ``--requests`` sequential calls (latency) and then ``--threads``
 client threads for ``--duration`` seconds (throughput). The server is
 ``python -m mlserve serve <repository> --grpc-port``; the clients run in this process.
-Prints a Markdown table; ``--write`` puts it into ``docs/performance.md`` between the
-``mnist-begin`` / ``mnist-end`` markers.
+Prints a Markdown table and puts it into ``docs/performance.md`` (section ``mnist``)
+unless ``--no-doc``.
 
-    python -m benchmarks.mnist_protocols [--requests 200] [--threads 8] [--duration 5] [--write]
+    python -m benchmarks.mnist_protocols [--requests 200] [--threads 8] [--duration 5] [--no-doc]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -31,11 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.tf_batching import free_port, stop, wait_ready
+from benchmarks.common import (
+    RESULTS,
+    exit_on_sigterm,
+    free_port,
+    machine,
+    progress,
+    running,
+    write_section,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "benchmarks" / "results" / "mnist"
-BEGIN, END = "<!-- mnist-begin -->", "<!-- mnist-end -->"
+WORK = RESULTS / "mnist"
 BATCH, PIXELS = 100, 784
 TIMEOUT = 30.0
 NOTE = (
@@ -43,8 +47,7 @@ NOTE = (
     "row form `instances` more than V2's flat `data`); the binary forms pass the raw bytes: "
     "a TF Serving `tensor_content` or V2 `raw_input_contents` is read with `np.frombuffer`, "
     "never re-serialised, and copied once into the writable array a model is promised "
-    "(protocol/tensors); outputs go back in the typed `*_val` fields as TF Serving writes them. "
-    "The load average above says how quiet the machine was; re-run the command for yours."
+    "(protocol/tensors); outputs go back in the typed `*_val` fields as TF Serving writes them."
 )
 
 
@@ -189,66 +192,56 @@ def table(results: dict[str, dict[str, float]], threads: int) -> str:
     return "\n".join(lines)
 
 
-def write_docs(text: str, args: argparse.Namespace, load: float) -> None:
-    path = ROOT / "docs" / "performance.md"
-    section = (
-        f"{BEGIN}\n## MNIST-style: TF Serving REST vs gRPC vs V2\n\n"
-        f"A batch of {BATCH} images of {PIXELS} FP32 values to a softmax model "
-        f"({PIXELS} -> 10, SavedModel) on one `mlserve serve` process, {args.requests} "
-        f"sequential requests per protocol, then {args.threads} client threads for "
-        f"{args.duration:g} s; clients and server on the same {os.cpu_count()}-core machine "
-        f"(1-minute load average before the run: {load:.2f}). Command: "
-        f"`python -m benchmarks.mnist_protocols --requests {args.requests} "
-        f"--threads {args.threads} --duration {args.duration:g} --write`.\n\n{text}\n\n"
-        f"{NOTE}\n{END}"
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    current = path.read_text()
-    if BEGIN in current and END in current:
-        current = (
-            current[: current.index(BEGIN)] + section + current[current.index(END) + len(END) :]
-        )
-    else:
-        current = current.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(current)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args()
-
+    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    args = parser.parse_args(argv)
+    exit_on_sigterm()
     repository = save_model()
-    port, grpc_port = free_port(), free_port()
-    command = [sys.executable, "-m", "mlserve", "serve", str(repository), "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--grpc-port", str(grpc_port)],
-        cwd=ROOT,
-        start_new_session=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/v2/models/mnist/ready", proc)
+    ports: dict[str, int] = {}
+
+    def command(port: int, workdir: Path) -> list[str]:
+        ports["grpc"] = free_grpc = free_port()
+        argv = [sys.executable, "-m", "mlserve", "serve", str(repository), "--port", str(port)]
+        return [*argv, "--grpc-port", str(free_grpc)]
+
+    header = machine()
+    with running(command, "mnist", "/v2/models/mnist/ready") as (port, _pid, _):
         images = np.random.default_rng(0).random((BATCH, PIXELS), dtype=np.float32)
-        load = os.getloadavg()[0]
         results: dict[str, dict[str, float]] = {}
-        for name in clients(port, grpc_port, images):
-            row = sequential(clients(port, grpc_port, images)[name], args.requests)
+        for name in clients(port, ports["grpc"], images):
+            row = sequential(clients(port, ports["grpc"], images)[name], args.requests)
             row["rps"] = concurrent(
-                lambda name=name: clients(port, grpc_port, images)[name],
+                lambda name=name: clients(port, ports["grpc"], images)[name],
                 args.threads,
                 args.duration,
             )
             results[name] = row
-            print(f"{name}: {row}", flush=True)
-    finally:
-        stop(proc)
-    text = table(results, args.threads)
+            progress(f"mnist {name:16} mean {row['mean_ms']:6.1f} ms  {row['rps']:7.1f} batches/s")
+    text = "\n".join(
+        [
+            "## MNIST-style: TF Serving REST vs gRPC vs V2",
+            "",
+            f"Command: `python -m benchmarks.mnist_protocols --requests {args.requests} "
+            f"--threads {args.threads} --duration {args.duration:g}`. {header}. A batch of "
+            f"{BATCH} images of {PIXELS} FP32 values to a softmax model ({PIXELS} -> 10, "
+            f"SavedModel) on one `mlserve serve` process, {args.requests} sequential requests "
+            f"per protocol, then {args.threads} client threads for {args.duration:g} s; clients "
+            "and server share the machine.",
+            "",
+            table(results, args.threads),
+            "",
+            NOTE,
+        ]
+    )
     print(text)
-    if args.write:
-        write_docs(text, args, load)
+    if not args.no_doc:
+        write_section("mnist", text)
 
 
 if __name__ == "__main__":

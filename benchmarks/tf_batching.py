@@ -1,19 +1,11 @@
-"""TensorFlow benchmark: a Keras MLP (32 -> 64 -> 64 -> 10) under wrk at 64 connections.
+"""TensorFlow: a Keras MLP (32 -> 64 -> 64 -> 10) under wrk at 64 connections, batching
+off and on, in mlserve and in MLServer (the same SavedModel through a custom runtime).
 
-Runs, one after the other on 127.0.0.1:
-- mlserve (``python -m mlserve serve``) with adaptive batching off, then on;
-- MLServer serving the same SavedModel through a custom runtime (in its own
-  venv, ``benchmarks/.envs/mlserver``, created when missing), without and
-  with its adaptive batching.
+    python -m benchmarks.tf_batching [--duration 10] [--repeat 3] [--no-doc]
 
-Each case gets a warm-up run, then a measured wrk run (V2 JSON request of one
-row). With ``--rounds N`` the cases run N times, interleaved (off, on, off,
-on, ...), and the table shows each figure's median; the load average is
-recorded before every round. Prints a Markdown table and, with ``--write``,
-puts it into ``docs/performance.md`` between the ``tf-begin`` / ``tf-end``
-markers.
-
-    python -m benchmarks.tf_batching [--duration 15] [--rounds 3] [--write]
+Rounds alternate the cases (mlserve off, on, MLServer off, on, then again); each case
+gets a warm-up run, then a measured one (a V2 JSON request of one row). The table
+shows the median of the rounds.
 """
 
 from __future__ import annotations
@@ -21,24 +13,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import signal
-import statistics
-import subprocess
 import sys
-import textwrap
-import time
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "benchmarks" / "results" / "tf"
-MLSERVER_ENV = ROOT / "benchmarks" / ".envs" / "mlserver"
+from benchmarks.common import (
+    ENVS,
+    RESULTS,
+    ensure_package,
+    exit_on_sigterm,
+    free_port,
+    machine,
+    median_of,
+    progress,
+    running,
+    save_raw,
+    version,
+    write_section,
+    wrk,
+)
+
+WORK = RESULTS / "tf"
 CONNECTIONS = 64
 MAX_BATCH_SIZE = 64
-BEGIN, END = "<!-- tf-begin -->", "<!-- tf-end -->"
-
 BODY = {"inputs": [{"name": "inputs", "datatype": "FP32", "shape": [1, 32], "data": [0.5] * 32}]}
+INFER_PATH = "/v2/models/mlp/infer"
+READY_PATH = "/v2/models/mlp/ready"
 
 MLSERVER_RUNTIME = """
 import tensorflow as tf
@@ -60,13 +61,12 @@ class TFRuntime(MLModel):
                                  outputs=[NumpyCodec.encode_output("output_0", y)])
 """
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+MLSERVE_FUNCTION = """
+import mlserve
+fn = mlserve.new_function("tfbench")
+fn.add_model("mlp", model_path={model!r},
+             class_name="mlserve.frameworks.tensorflow.TFModelServer"{batching})
+"""
 
 
 def save_model() -> Path:
@@ -89,229 +89,131 @@ def save_model() -> Path:
     return folder
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} not ready after {timeout}s")
+def mlserve_command(model: Path, batching: bool) -> Callable[[int, Path], list[str]]:
+    """``mlserve serve`` of a function file serving the SavedModel (batching on or off)."""
+
+    def command(port: int, workdir: Path) -> list[str]:
+        params = f", max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001" if batching else ""
+        target = workdir / "serve_mlp.py"
+        target.write_text(MLSERVE_FUNCTION.format(model=str(model), batching=params))
+        return [sys.executable, "-m", "mlserve", "serve", str(target), "--port", str(port)]
+
+    return command
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def mlserver_command(model: Path, batching: bool) -> Callable[[int, Path], list[str]]:
+    """``mlserver start`` of a folder with the TF runtime: one process (parallel_workers 0,
+    as benchmarks/http_load.py runs it)."""
+
+    def command(port: int, workdir: Path) -> list[str]:
+        (workdir / "mlp").mkdir()
+        (workdir / "tf_runtime.py").write_text(MLSERVER_RUNTIME)
+        settings = {
+            "http_port": port,
+            "grpc_port": free_port(),
+            "metrics_port": free_port(),
+            "host": "127.0.0.1",
+            "parallel_workers": 0,
+        }
+        (workdir / "settings.json").write_text(json.dumps(settings))
+        model_settings: dict[str, object] = {
+            "name": "mlp",
+            "implementation": "tf_runtime.TFRuntime",
+            "parameters": {"uri": str(model)},
+        }
+        if batching:
+            model_settings.update(max_batch_size=MAX_BATCH_SIZE, max_batch_time=0.001)
+        (workdir / "mlp" / "model-settings.json").write_text(json.dumps(model_settings))
+        return [str(ENVS / "mlserver" / "bin" / "mlserver"), "start", str(workdir)]
+
+    return command
 
 
-def wrk(url: str, duration: int) -> dict[str, float]:
-    script = WORK / "post.lua"
-    script.write_text(
-        textwrap.dedent(f"""\
-        wrk.method = "POST"
-        wrk.headers["Content-Type"] = "application/json"
-        wrk.body = '{json.dumps(BODY)}'
-        """)
+def ensure_mlserver_tf() -> None:
+    """MLServer's environment, with TensorFlow for the custom runtime."""
+    ensure_package("mlserver", "tensorflow-cpu==2.21.*", "tensorflow")
+
+
+def measure(
+    name: str, command: Callable[[int, Path], list[str]], duration: float
+) -> dict[str, Any]:
+    body = json.dumps(BODY).encode()
+    with running(command, name, READY_PATH) as (port, _pid, _):
+        url = f"http://127.0.0.1:{port}{INFER_PATH}"
+        wrk(url, body, CONNECTIONS, max(2.0, duration / 3))  # warm-up
+        result = wrk(url, body, CONNECTIONS, duration)
+    result["errors_total"] = sum(result["errors"].values())
+    progress(
+        f"tf {name:18} {result['rps']:8.0f} req/s  p99 {result['p99_us'] / 1000:7.1f} ms"
+        + (f"  ERRORS {result['errors']}" if result["errors_total"] else "")
     )
-    out = subprocess.run(
-        ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
-    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {
-        "rps": rps,
-        "p99_ms": float(p99.group(1)) * scale[p99.group(2)] if p99 else float("nan"),
-        "errors": float(errors.group(1)) if errors else 0.0,
-    }
+    return result
 
 
-def run_mlserve(model: Path, batching: bool, duration: int) -> dict[str, float]:
-    port = free_port()
-    params = f", max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001" if batching else ""
-    target = WORK / ("serve_batched.py" if batching else "serve_plain.py")
-    target.write_text(
-        textwrap.dedent(f"""\
-        import mlserve
-        fn = mlserve.new_function("tfbench")
-        fn.add_model("mlp", model_path={str(model)!r},
-                     class_name="mlserve.frameworks.tensorflow.TFModelServer"{params})
-        """)
-    )
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlserve", "serve", str(target), "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    return _measure(proc, f"http://127.0.0.1:{port}", duration)
-
-
-def ensure_mlserver_env() -> Path:
-    python = MLSERVER_ENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run(["python3.11", "-m", "venv", str(MLSERVER_ENV)], check=True)
-    check = subprocess.run([str(python), "-c", "import mlserver, tensorflow"], capture_output=True)
-    if check.returncode != 0:
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "mlserver", "tensorflow-cpu==2.21.*"],
-            check=True,
-        )
-    return MLSERVER_ENV / "bin" / "mlserver"
-
-
-def run_mlserver(model: Path, batching: bool, duration: int) -> dict[str, float]:
-    mlserver = ensure_mlserver_env()
-    folder = WORK / ("mlserver_batched" if batching else "mlserver_plain")
-    (folder / "mlp").mkdir(parents=True, exist_ok=True)
-    (folder / "tf_runtime.py").write_text(MLSERVER_RUNTIME)
-    port = free_port()
-    settings = {
-        "http_port": port,
-        "grpc_port": free_port(),
-        "metrics_port": free_port(),
-        "host": "127.0.0.1",
-        # one process, as benchmarks/http_load.py does: MLServer 1.7.1's worker pool
-        # fails to start under the uvloop installed beside it
-        "parallel_workers": 0,
-    }
-    (folder / "settings.json").write_text(json.dumps(settings))
-    model_settings: dict[str, object] = {
-        "name": "mlp",
-        "implementation": "tf_runtime.TFRuntime",
-        "parameters": {"uri": str(model)},
-    }
-    if batching:
-        model_settings.update(max_batch_size=MAX_BATCH_SIZE, max_batch_time=0.001)
-    (folder / "mlp" / "model-settings.json").write_text(json.dumps(model_settings))
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(folder)}
-    proc = subprocess.Popen(
-        [str(mlserver), "start", str(folder)],
-        cwd=folder,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    return _measure(proc, f"http://127.0.0.1:{port}", duration)
-
-
-def _measure(proc: subprocess.Popen[bytes], base: str, duration: int) -> dict[str, float]:
-    try:
-        wait_ready(f"{base}/v2/models/mlp/ready", proc)
-        wrk(f"{base}/v2/models/mlp/infer", max(3, duration // 3))  # warm-up
-        return wrk(f"{base}/v2/models/mlp/infer", duration)
-    finally:
-        stop(proc)
-
-
-def table(results: dict[str, dict[str, float]]) -> str:
-    lines = ["| server | batching | requests/s | p99 (ms) | non-2xx |", "|---|---|---:|---:|---:|"]
+def table(results: dict[str, dict[str, float]], args: argparse.Namespace) -> str:
+    lines = [
+        "## TensorFlow: batching on and off",
+        "",
+        f"Command: `python -m benchmarks.tf_batching --duration {args.duration:g} --repeat "
+        f"{args.repeat}`. {machine()}; MLServer {version('mlserver')}. Keras MLP 32 -> 64 -> 64 "
+        f"-> 10 (SavedModel), one-row V2 JSON requests, `wrk -t2 -c{CONNECTIONS}`, "
+        f"{args.duration:g} s per case after a warm-up; batching is "
+        f"`max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001`; MLServer serves the same "
+        f"SavedModel through a custom runtime. Median of {args.repeat} alternating round(s).",
+        "",
+        "| server | batching | requests/s | p99 (ms) | errors |",
+        "|---|---|---:|---:|---:|",
+    ]
     for name, result in results.items():
         server, _, mode = name.partition(" / ")
         lines.append(
-            f"| {server} | {mode} | {result['rps']:,.0f} | {result['p99_ms']:.1f} | "
-            f"{result['errors']:.0f} |"
+            f"| {server} | {mode} | {result['rps']:,.0f} | {result['p99_us'] / 1000:.1f} | "
+            f"{result['errors_total']:.0f} |"
         )
-    base = results.get("mlserve / off")
-    batched = results.get("mlserve / on")
+    base, batched = results.get("mlserve / off"), results.get("mlserve / on")
     if base and batched:
-        lines.append(
-            f"\nBatching on vs off (mlserve): **{batched['rps'] / base['rps']:.1f}x** throughput."
-        )
+        ratio = batched["rps"] / base["rps"]
+        verdict = "met" if ratio >= 4 else "not met"
+        lines += [
+            "",
+            f"- batching on >= 4x off at {CONNECTIONS} connections: {ratio:.1f}x, {verdict}",
+        ]
     return "\n".join(lines)
 
 
-def write_docs(text: str, duration: int, loads: list[float]) -> None:
-    path = ROOT / "docs" / "performance.md"
-    section = (
-        f"{BEGIN}\n## TensorFlow\n\nKeras MLP 32 -> 64 -> 64 -> 10 (SavedModel), one-row V2 JSON "
-        f"requests, `wrk -t2 -c{CONNECTIONS} -d{duration}s` on 127.0.0.1, server and load "
-        f"generator on the same {os.cpu_count()}-core machine; batching is "
-        f"`max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001`. "
-        f"MLServer {_mlserver_version()} serves the same SavedModel through a custom runtime "
-        f"(`benchmarks/tf_batching.py --rounds {len(loads)}`). Medians of "
-        f"{len(loads)} interleaved rounds (off, on, MLServer off, on, then again); "
-        "1-minute load average before each round (other jobs on the machine raise it): "
-        f"{', '.join(f'{load:.2f}' for load in loads)}.\n\n"
-        f"{text}\n{END}"
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    current = path.read_text() if path.exists() else "# Performance\n"
-    if BEGIN in current and END in current:
-        current = (
-            current[: current.index(BEGIN)] + section + current[current.index(END) + len(END) :]
-        )
-    else:
-        current = current.rstrip("\n") + "\n\n" + section + "\n"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(current)
-
-
-def _mlserver_version() -> str:
-    python = MLSERVER_ENV / "bin" / "python"
-    out = subprocess.run(
-        [str(python), "-c", "import mlserver; print(mlserver.__version__)"],
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip()
-
-
-def run_round(model: Path, duration: int, with_mlserver: bool) -> dict[str, dict[str, float]]:
-    """Every case once, batching off then on for each server."""
-    results = {
-        "mlserve / off": run_mlserve(model, False, duration),
-        "mlserve / on": run_mlserve(model, True, duration),
-    }
-    if with_mlserver:
-        results["MLServer / off"] = run_mlserver(model, False, duration)
-        results["MLServer / on"] = run_mlserver(model, True, duration)
-    return results
-
-
-def medians(rounds: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Each case's figures, the median over the rounds."""
-    return {
-        case: {key: statistics.median(r[case][key] for r in rounds) for key in rounds[0][case]}
-        for case in rounds[0]
-    }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=int, default=15)
-    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians shown")
-    parser.add_argument("--write", action="store_true", help="write docs/performance.md")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per case")
+    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
     parser.add_argument("--skip-mlserver", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    WORK.mkdir(parents=True, exist_ok=True)
+    exit_on_sigterm()
     model = save_model()
-    rounds, loads = [], []
-    for number in range(args.rounds):
-        loads.append(os.getloadavg()[0])
-        rounds.append(run_round(model, args.duration, not args.skip_mlserver))
-        print(f"round {number + 1} (load {loads[-1]:.2f}):\n{table(rounds[-1])}\n", flush=True)
-    text = table(medians(rounds))
+    cases = {
+        "mlserve / off": mlserve_command(model, False),
+        "mlserve / on": mlserve_command(model, True),
+    }
+    if not args.skip_mlserver:
+        ensure_mlserver_tf()
+        cases["MLServer / off"] = mlserver_command(model, False)
+        cases["MLServer / on"] = mlserver_command(model, True)
+    rounds = []
+    for number in range(args.repeat):
+        progress(f"tf: round {number + 1}/{args.repeat}")
+        rounds.append(
+            {name: measure(name, command, args.duration) for name, command in cases.items()}
+        )
+    save_raw("tf", rounds)
+    keys = ("rps", "p99_us", "errors_total")
+    results = {name: median_of([r[name] for r in rounds], *keys) for name in cases}
+    text = table(results, args)
     print(text)
-    if args.write:
-        write_docs(text, args.duration, loads)
+    if not args.no_doc:
+        write_section("tf", text)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,19 @@ for name, value in string.gmatch(os.getenv("BENCH_HEADERS") or "", "([^:\n]+):%s
   wrk.headers[name] = value
 end
 
+-- $BENCH_PATHS: comma-separated paths, taken in turn (many models in one server).
+local paths = {}
+for path in string.gmatch(os.getenv("BENCH_PATHS") or "", "[^,]+") do
+  table.insert(paths, path)
+end
+if #paths > 0 then
+  local turn = 0
+  request = function()
+    turn = turn % #paths + 1
+    return wrk.format(nil, paths[turn])
+  end
+end
+
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(

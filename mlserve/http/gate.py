@@ -36,7 +36,7 @@ LIVENESS_PATHS = frozenset({"/v2/health/live"})
 READINESS_PATHS = frozenset({"/v2/health/ready"})
 _CHALLENGE = 'Bearer realm="mlserve", Basic realm="mlserve"'
 # path pattern -> the methods it answers (405 with Allow for the others)
-_METHODS: list[tuple[re.Pattern[str], str]] = [
+_METHODS: list[tuple[re.Pattern[str], str]] = [  # route: its methods, as ``Allow`` lists them
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/(infer|generate)/?$"), "POST"),
     (re.compile(r"^/v1/models/[^/]+(/versions/[^/]+|/labels/[^/]+)?:[a-z]+/?$"), "POST"),
     (re.compile(r"^/v2/repository/"), "POST"),
@@ -109,7 +109,7 @@ def check_method(method: str, path: str) -> Response | None:
     """405 with ``Allow`` for a method the route does not answer."""
     for pattern, allowed in _METHODS:
         if pattern.match(path):
-            if method in allowed.split(", "):
+            if method == allowed or method in allowed.split(", "):
                 return None
             return _error(405, f"{method} is not allowed on {path}", {"Allow": allowed})
     return None

@@ -14,6 +14,10 @@ _ENCODED_SEPARATOR = re.compile(rb"%(2f|5c|00)", re.IGNORECASE)
 
 def target_error(raw_path: bytes, path: str) -> str | None:
     """Why the target (raw and decoded path) is refused with a 400, or None."""
+    if b"%" not in raw_path and "\\" not in path and "\x00" not in path:
+        # the common target: no escapes; "." and ".." names follow a "/" or open the path
+        if "/." not in path and "//" not in path and not path.startswith("."):
+            return None
     if _ENCODED_SEPARATOR.search(raw_path) or "\x00" in path or "\\" in path:
         return "encoded separators and NUL are not allowed in a request path"
     if any(part in ("..", ".") for part in path.split("/")) or "//" in path:

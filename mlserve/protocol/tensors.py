@@ -229,9 +229,12 @@ def _integers(numbers: Array, data: Any, datatype: str, name: str) -> Array:
 _SMALL = 64  # arrays up to this size are range-checked in Python before a narrowing cast
 
 
+_FLOAT_MAX = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32)}
+
+
 def _fits(array: Array, dtype: np.dtype[Any]) -> bool:
     """All values finite-safe for ``dtype``: no overflow warning from the cast."""
-    high = float(np.finfo(dtype).max)
+    high = _FLOAT_MAX[dtype]
     return all(-high <= value <= high for value in array.ravel().tolist())
 
 
@@ -445,6 +448,11 @@ def _json_data(array: Array, datatype: str, name: str) -> list[Any]:
         raise InvalidInput(_where(name, "BF16 can only be sent in binary form"))
     if datatype == "BYTES":
         return [_text(value, name) for value in array.ravel()]
+    if array.size <= _SMALL:  # in Python: numpy's isfinite and all cost more than the values
+        data = array.ravel().tolist()
+        if array.dtype.kind == "f" and not all(map(math.isfinite, data)):
+            return [_NON_FINITE.get(repr(value), value) for value in data]
+        return data
     finite = array.dtype.kind != "f" or bool(np.isfinite(array).all())
     if finite and array.size >= NUMPY_OUTPUT_SIZE and array.dtype.isnative:
         # orjson writes a numpy array itself: no Python object per element (S13).

@@ -459,7 +459,7 @@ def encode_response(response: Response) -> Response:
 
 async def encode_response_async(response: Response) -> Response:
     """``encode_response``; a response with big tensors is written off the event loop."""
-    if _is_big(response.body):
+    if isinstance(response.body, dict) and _is_big(response.body):
         return await run_in_threadpool(encode_response, response)  # type: ignore[no-any-return]
     return encode_response(response)
 

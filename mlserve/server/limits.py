@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
+import resource
+import statistics
+import time
 import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, fields
@@ -31,6 +35,8 @@ __all__ = [
     "add_limit_flags",
     "server_limits",
 ]
+
+logger = logging.getLogger("mlserve.limits")
 
 # Seconds a 429 asks the client to wait before retrying.
 RETRY_AFTER_SECONDS = 1
@@ -56,6 +62,9 @@ class ServerLimits:
     drain_timeout: seconds requests in flight get to finish after SIGTERM.
     drain_delay: seconds after SIGTERM during which readiness is already 503 but
         requests are still taken (a load balancer's time to notice).
+    inline_predict_us: a sync model whose calls take a median under this many
+        microseconds runs on the event loop, where a thread hop costs more than
+        the call (see ModelGate).
     """
 
     request_timeout: float = 60.0
@@ -63,6 +72,7 @@ class ServerLimits:
     model_queue: int = 512
     drain_timeout: float = 30.0
     drain_delay: float = 0.0
+    inline_predict_us: float = 200.0
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **given: Any) -> ServerLimits:
@@ -97,6 +107,8 @@ _FLAG_HELP = {
     "model_queue": "calls that may wait for a busy model; more answer 429 (Retry-After)",
     "drain_timeout": "seconds requests in flight get to finish after SIGTERM (0: no limit)",
     "drain_delay": "seconds after SIGTERM that readiness is 503 while requests are still taken",
+    "inline_predict_us": "a sync predict whose calls take a median under this many us runs on "
+    "the event loop, until one call takes 50 times that (0: always on threads)",
 }
 
 
@@ -123,14 +135,37 @@ def server_limits(args: argparse.Namespace) -> ServerLimits:
         raise SystemExit(f"mlserve serve: {exc}") from None
 
 
+# Calls a sync model makes on its threads, timed, before it may run on the loop; and how
+# many times the inline bound one call on the loop may take before the model goes back
+# to its threads for good.
+WARM_CALLS = 8  # first calls pay for lazy imports and cold caches: not counted
+LEARN_CALLS = 32
+STALL_FACTOR = 50
+
+
 @dataclass
 class ModelGate:
     """One model's concurrency budget: its own worker threads (sync predict) or a
-    semaphore (async predict), and a bounded queue."""
+    semaphore (async predict), and a bounded queue.
+
+    A sync model's first calls run on its threads and are timed. When their median
+    CPU time is under ``inline_ns`` (a light model: decode, predict and encode in
+    tens of microseconds) and they do not wait on I/O, the hop to a thread and back
+    costs more than the call itself, and the GIL serialises the two anyway, so its
+    calls run inline on the event loop (``inline``). Such a call holds the loop no
+    longer than a request's parse does; the first inline call that takes
+    ``STALL_FACTOR`` times the bound, computing or waiting, sends the model back to
+    its threads for good, so a model that turns slow stalls the loop at most once.
+    """
 
     concurrency: int
     queue: int
+    inline_ns: int = 0  # 0: never inline
     admitted: int = 0  # calls running or waiting for a thread
+    inline: bool = False
+    name: str = ""  # the model's, for the log
+    _learnt: bool = field(default=False, init=False, repr=False)
+    _samples: list[tuple[int, int]] = field(default_factory=list, init=False, repr=False)
     _pool: WorkerPool = field(init=False, repr=False)
     _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
 
@@ -145,9 +180,68 @@ class ModelGate:
         """
         self._admit()
         loop = asyncio.get_running_loop()
-        future = self._pool.submit(loop, partial(fn, *args))
+        call = partial(fn, *args)
+        if self.inline_ns and not self._learnt:
+            call = partial(self._timed, call)
+        future = self._pool.submit(loop, call)
         future.add_done_callback(self._release)
         return await asyncio.shield(future)
+
+    def run_inline(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run sync ``fn(*args)`` here, on the loop (only while ``inline``)."""
+        before = resource.getrusage(resource.RUSAGE_THREAD)
+        start = time.perf_counter_ns()
+        try:
+            return fn(*args)
+        finally:
+            took = time.perf_counter_ns() - start
+            if took > self.inline_ns * STALL_FACTOR:
+                self._stalled(took, before)
+
+    def _stalled(self, took: int, before: Any) -> None:
+        """A long call on the loop: if the model made it long (it computed, or it
+        blocked: I/O, a sleep, a lock), the model goes back to its threads for
+        good; if the machine did (another process had the core), it stays."""
+        after = resource.getrusage(resource.RUSAGE_THREAD)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        blocked = after.ru_nvcsw > before.ru_nvcsw  # voluntary switches: it waited
+        if cpu * 1e9 <= self.inline_ns * STALL_FACTOR and not blocked:
+            return
+        self.inline = False
+        self.inline_ns = 0  # never again
+        logger.info(
+            "model %s: a call took %.1f ms on the event loop: it runs on its threads from now on",
+            self.name,
+            took / 1e6,
+        )
+
+    def _timed(self, call: Callable[[], Any]) -> Any:
+        """``call()`` on a model thread, timed while the gate learns.
+
+        CPU time says what a call costs; wall time also counts its waits: on I/O or
+        a lock (which must not hold the loop) and for the GIL (long while the loop
+        is busy): the least a call waited tells the first kind from the second.
+        """
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        try:
+            return call()
+        finally:
+            cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
+            samples = self._samples
+            samples.append((cpu, wall - cpu))
+            if len(samples) >= WARM_CALLS + LEARN_CALLS and not self._learnt:
+                self._learnt = True
+                learnt = samples[WARM_CALLS : WARM_CALLS + LEARN_CALLS]
+                cpu = statistics.median(c for c, _ in learnt)
+                waited = min(w for _, w in learnt)
+                self.inline = cpu <= self.inline_ns and waited <= self.inline_ns
+                logger.info(
+                    "model %s: a call takes %.0f us of CPU (median), waits %.0f us or more: %s",
+                    self.name,
+                    cpu / 1000,
+                    waited / 1000,
+                    "it runs on the event loop" if self.inline else "it stays on its threads",
+                )
 
     async def run_async(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Await an async model's call: at most ``concurrency`` at once, ``queue`` waiting,
@@ -183,7 +277,9 @@ def gate_of(model: Any, limits: ServerLimits) -> ModelGate:
     """The model's gate, made on first use."""
     gate: ModelGate | None = getattr(model, "_gate", None)
     if gate is None:
-        gate = ModelGate(limits.model_concurrency, limits.model_queue)
+        inline_ns = int(limits.inline_predict_us * 1000)
+        gate = ModelGate(limits.model_concurrency, limits.model_queue, inline_ns)
+        gate.name = str(getattr(model, "name", ""))
         model._gate = gate
     return gate
 

@@ -23,7 +23,7 @@ from tensorflow_serving.apis import (  # noqa: E402
     prediction_service_pb2_grpc,
 )
 
-TIMEOUT = 10.0
+TIMEOUT = 30.0  # the first Predict imports TensorFlow in the server
 
 
 @pytest.fixture(scope="module")

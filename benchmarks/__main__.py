@@ -1,0 +1,75 @@
+"""``make bench``: every benchmark, one after the other, each writing its section of
+docs/performance.md.
+
+    python -m benchmarks [--only http_load scale ...] [--quick] [--no-doc]
+
+Each step is a module of this package run with its own defaults (``python -m
+benchmarks.<step> --help`` says what they are); ``--quick`` gives every step one short
+round, to check the harness end to end (its numbers are not for the document: it
+implies ``--no-doc``). The peers' environments (MLServer, KServe, mlrun) are created
+under benchmarks/.envs/ on first use. A step that fails is reported and the others
+still run; the exit status says whether all passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+from benchmarks.common import progress
+
+# In the order they run: the cheap in-process ones first, the long loads after.
+STEPS = [
+    "startup",
+    "inprocess",
+    "http_load",
+    "grpc_load",
+    "tracking",
+    "tf_batching",
+    "mnist_protocols",
+    "scale",
+]
+
+QUICK = {
+    "startup": ["--repeat", "1"],
+    "inprocess": ["--repeat", "1"],
+    "http_load": ["--duration", "1", "--warmup", "1", "--repeat", "1"],
+    "grpc_load": ["--duration", "1", "--repeat", "1"],
+    "tracking": ["--duration", "1", "--repeat", "1"],
+    "tf_batching": ["--duration", "2", "--repeat", "1"],
+    "mnist_protocols": ["--requests", "10", "--duration", "1"],
+    "scale": ["--duration", "1", "--warmup", "1", "--repeat", "1", "--models", "1", "10"],
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", nargs="+", choices=STEPS, help="these steps, in the usual order")
+    parser.add_argument("--quick", action="store_true", help="one short round each, no document")
+    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    args = parser.parse_args(argv)
+    steps = [step for step in STEPS if not args.only or step in args.only]
+    failed = []
+    for number, step in enumerate(steps, 1):
+        progress(f"step {number}/{len(steps)}: {step}")
+        step_argv = QUICK[step] if args.quick else []
+        if args.quick or args.no_doc:
+            step_argv = [*step_argv, "--no-doc"]
+        try:
+            importlib.import_module(f"benchmarks.{step}").main(step_argv)
+        except (Exception, SystemExit) as exc:
+            if isinstance(exc, SystemExit) and not exc.code:
+                continue
+            traceback.print_exc()
+            progress(f"step {step} failed: {exc!r}")
+            failed.append(step)
+    progress("done" + (f"; failed: {', '.join(failed)}" if failed else ", every step passed"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The benchmark harness runs end to end (numbers are not checked: speed is measured,
+never asserted), and its generated sections replace their own part of the document."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import common
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_section_replaces_its_own_part_and_keeps_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\nhand-written\n")
+    monkeypatch.setattr(common, "DOC", doc)
+    common.write_section("http", "first")
+    common.write_section("grpc", "other")
+    common.write_section("http", "second")
+    text = doc.read_text()
+    assert "hand-written" in text and "other" in text
+    assert "second" in text and "first" not in text
+    assert text.count("<!-- http-begin -->") == 1
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by make system-deps")
+def test_the_http_load_measures_mlserve_and_the_floor_in_every_request_form() -> None:
+    argv = ["--servers", "mlserve", "floor", "--connections", "2", "--duration", "1"]
+    argv += ["--warmup", "1", "--repeat", "1", "--no-doc"]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.http_load", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    for server, form in [("floor", "tensor"), ("mlserve", "tensor"), ("mlserve", "binary")]:
+        assert any(line.startswith(f"| {server} | {form} | 2 |") for line in rows), rows
+    assert "ERRORS" not in done.stdout
