@@ -1,1 +1,2 @@
-"""The load benchmark of the HTTP hot path: ``python -m benchmarks.run`` (``make bench``)."""
+"""mlserve's benchmarks against its peers: ``python -m benchmarks`` (``make bench``) runs
+every step and writes docs/performance.md; ``python -m benchmarks.<step>`` runs one."""
