@@ -33,8 +33,8 @@ STEPS = [
 ]
 
 QUICK = {
-    "startup": ["--repeat", "1"],
-    "inprocess": ["--repeat", "1"],
+    "startup": ["--repeat", "1", "--serve-repeat", "1"],
+    "inprocess": ["--repeat", "1", "--calls", "200"],
     "http_load": ["--duration", "1", "--warmup", "1", "--repeat", "1"],
     "grpc_load": ["--duration", "1", "--repeat", "1"],
     "tracking": ["--duration", "1", "--repeat", "1"],
