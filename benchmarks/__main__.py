@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 import traceback
 
-from benchmarks.common import progress
+from benchmarks.common import DOC, progress, write_section
 
 # In the order they run: the cheap in-process ones first, the long loads after.
 STEPS = [
@@ -67,8 +68,32 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             progress(f"step {step} failed: {exc!r}")
             failed.append(step)
+    if not (args.quick or args.no_doc):
+        write_section("goals", goals_summary(DOC.read_text()))
     progress("done" + (f"; failed: {', '.join(failed)}" if failed else ", every step passed"))
     return 1 if failed else 0
+
+
+_SECTION = re.compile(r"<!-- (\w+)-begin -->\n## ([^\n]+)\n(.*?)<!-- \1-end -->", re.S)
+_GOAL = re.compile(r"^- (.+): (.+), (met|not met)$", re.M)
+
+
+def goals_summary(doc: str) -> str:
+    """Every goal line of the generated sections ("- <goal>: <measured>, met"), in one table."""
+    lines = [
+        "## The goals, as last measured",
+        "",
+        "Collected from the sections below by `python -m benchmarks`.",
+        "",
+        "| section | goal | measured | |",
+        "|---|---|---|---|",
+    ]
+    for key, title, body in _SECTION.findall(doc):
+        if key == "goals":
+            continue
+        for goal, measured, verdict in _GOAL.findall(body):
+            lines.append(f"| {title} | {goal} | {measured} | {verdict} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

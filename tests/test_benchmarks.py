@@ -48,3 +48,18 @@ def test_the_http_load_measures_mlserve_and_the_floor_in_every_request_form() ->
     for server, form in [("floor", "tensor"), ("mlserve", "tensor"), ("mlserve", "binary")]:
         assert any(line.startswith(f"| {server} | {form} | 2 |") for line in rows), rows
     assert "ERRORS" not in done.stdout
+
+
+def test_the_goals_of_every_section_are_collected_in_one_table() -> None:
+    from benchmarks.__main__ import goals_summary
+
+    doc = (
+        "<!-- http-begin -->\n## HTTP\n\ntable\n\n- at least 8x MLServer: 5.1x, not met\n"
+        "- a lower p99: 3 ms vs 9 ms, met\n<!-- http-end -->\n\n"
+        "<!-- scale-begin -->\n## Scale\n\n- two workers vs one: 1.7x\n<!-- scale-end -->\n"
+    )
+    rows = [line for line in goals_summary(doc).splitlines() if line.startswith("| HTTP")]
+    assert rows == [
+        "| HTTP | at least 8x MLServer | 5.1x | not met |",
+        "| HTTP | a lower p99 | 3 ms vs 9 ms | met |",
+    ]
