@@ -9,11 +9,13 @@ with any async part keeps the loop path:
   mlserve's own ``route_event`` and every model has a plain ``predict`` /
   ``explain`` / ``op_*``, mlserve's own ``do_event_async`` and no batching;
 * a flow runs inline on the sync engine (``engine="sync"``) when each of its
-  steps does. The async engine keeps its loop even when every step is sync:
-  its answer leaves at the responder while later steps and branches go on
-  concurrently, and a flow with no responder answers before its steps end;
-  running such a flow in the caller's thread would change what it answers
-  and when;
+  steps does. On the async engine (the default) it runs inline too when it is
+  one path of such steps that ends at its responder, with no error handler:
+  storey would run the same steps in the same order on the same event and
+  answer when the last one ends, which is what the sync engine does. Any
+  other async-engine flow keeps its loop: its answer leaves at the responder
+  while later steps and branches go on concurrently, a flow with no responder
+  answers before its steps end, and error handlers are storey outlets;
 * queues, remote steps, storey steps, merges and async handlers need a loop.
 
 Server-level handlers (``GraphServer.add_handler``) say which of their
@@ -61,7 +63,7 @@ def graph_runs_inline(step: Any) -> bool:
     from mlserve.graph.flow import FlowStep, RootFlowStep
     from mlserve.graph.steps import RouterStep, TaskStep
 
-    if isinstance(step, RootFlowStep) and step.engine != "sync":
+    if isinstance(step, RootFlowStep) and step.engine != "sync" and not _one_path(step):
         return False
     if isinstance(step, FlowStep):
         return all(graph_runs_inline(child) for child in step._local.values())
@@ -72,6 +74,22 @@ def graph_runs_inline(step: Any) -> bool:
     if isinstance(step, TaskStep):
         return _task_runs_inline(step)
     return False  # a queue, or a step kind this module does not know
+
+
+def _one_path(flow: Any) -> bool:
+    """An async-engine flow the sync engine answers alike: one path of steps that
+    ends at its responder, with no error handler."""
+    from mlserve.graph.flow import ErrorStep
+
+    steps, nexts = flow._local, flow._next
+    if len(flow._starts) != 1 or any(len(after) > 1 for after in nexts.values()):
+        return False
+    if flow.on_error or any(
+        isinstance(step, ErrorStep) or getattr(step, "on_error", None) for step in steps.values()
+    ):
+        return False
+    responder = flow._responder
+    return responder is not None and not nexts[responder]
 
 
 def _router_runs_inline(router: Any) -> bool:
@@ -90,6 +108,8 @@ def _router_runs_inline(router: Any) -> bool:
 
 def _task_runs_inline(step: Any) -> bool:
     obj, call = step.object, step._call
+    if hasattr(obj, "_outlets"):
+        return False  # a storey step: the async engine wires it into storey itself
     if isinstance(call, partial) and call.func is run_in_threadpool:
         return True  # a sync handler, do() or do_event() without an async twin
     return (

@@ -43,17 +43,24 @@ class Sleeper(V2ModelServer):
         return ["slept"]
 
 
+STEP_THREADS: list[int] = []
+
+
 def where(body: Any) -> Any:
-    """A flow step that notes its thread in the body."""
+    """A flow step that notes its thread (in the body, and in STEP_THREADS)."""
+    STEP_THREADS.append(threading.get_ident())
     return {**body, "step_thread": threading.get_ident()}
 
 
-def _where_flow(engine: str) -> GraphServer:
+def _where_flow(engine: str, after_responder: bool = False) -> GraphServer:
+    """A flow: a step, then a router with the model that responds (and a step after it)."""
     fn = mlserve.new_function("inline-flow")
     graph = fn.set_topology("flow", engine=engine)
     router = graph.to(name="where", handler=where).to("*", name="router")
     router.add_route("m", class_name=WhereAmI)
     router.respond()
+    if after_responder:
+        router.to(name="after", handler=where)
     return fn.to_mock_server(namespace={"where": where})
 
 
@@ -86,13 +93,55 @@ def test_a_sync_flow_runs_inline_on_the_sync_engine() -> None:
     assert answer["outputs"] == [threading.get_ident(), False]
 
 
-def test_the_async_engine_keeps_its_loop_even_with_sync_steps() -> None:
+def test_an_async_engine_path_of_sync_steps_ending_at_its_responder_runs_inline() -> None:
     server = _where_flow("async")
     try:
+        STEP_THREADS.clear()
+        answer = server.test("/v2/models/m/infer", {"inputs": [1]})
+        assert answer["outputs"] == [threading.get_ident(), False]
+        assert STEP_THREADS == [threading.get_ident()]
+    finally:
+        server.wait_for_completion()
+
+
+def test_an_async_engine_flow_going_on_after_its_responder_keeps_its_loop() -> None:
+    server = _where_flow("async", after_responder=True)
+    try:
+        assert not server.runs_inline(Event(path="/v2/models/m/infer", method="POST"))
         answer = server.test("/v2/models/m/infer", {"inputs": [1]})
         assert answer["outputs"][0] != threading.get_ident()
         assert answer["outputs"][1] is False  # the sync predict still runs off the loop
-        assert not server.runs_inline(Event(path="/v2/models/m/infer", method="POST"))
+    finally:
+        server.wait_for_completion()
+
+
+def test_an_async_engine_flow_without_a_responder_keeps_its_loop() -> None:
+    fn = mlserve.new_function("inline-flow")
+    fn.set_topology("flow", engine="async").to(name="where", handler=where)
+    server = fn.to_mock_server(namespace={"where": where})
+    try:
+        assert not server.runs_inline(Event(path="/", method="POST"))
+        answer = server.test("/", {"inputs": [1]})
+        assert list(answer) == ["id"]  # answered once accepted, as mlrun's
+    finally:
+        server.wait_for_completion()
+
+
+async def async_step(body: Any) -> Any:
+    await asyncio.sleep(0)
+    return {**body, "async_thread": threading.get_ident()}
+
+
+def test_an_async_step_keeps_the_loop_and_answers() -> None:
+    fn = mlserve.new_function("inline-flow")
+    graph = fn.set_topology("flow", engine="async")
+    graph.to(name="step", handler=async_step).to(name="where", handler=where).respond()
+    server = fn.to_mock_server(namespace={"async_step": async_step, "where": where})
+    try:
+        assert not server.runs_inline(Event(path="/", method="POST"))
+        answer = server.test("/", {"inputs": [1]})
+        assert answer["async_thread"] != threading.get_ident()
+        assert answer["step_thread"] != threading.get_ident()
     finally:
         server.wait_for_completion()
 
