@@ -1,6 +1,6 @@
 """One in-process case, timed in whichever interpreter runs it: mlrun's or mlserve's.
 
-``python benchmarks/inprocess_case.py mlrun|mlserve router|flow CALLS`` prints the
+``python benchmarks/inprocess_case.py mlrun|mlserve router|flow|async-step CALLS`` prints the
 median µs per ``server.test("/v2/models/m/infer", body)`` (wall and CPU) over a few
 batches of ``CALLS`` calls, as JSON; ``benchmarks.inprocess`` runs it in turn.
 The same model class, flow and body serve both frameworks: mlserve's names are
@@ -50,19 +50,27 @@ def passthrough(body: Any) -> Any:
     return body
 
 
+async def async_passthrough(body: Any) -> Any:
+    """An async flow step: the flow needs its event loop."""
+    return body
+
+
 def build(framework: str, case: str) -> Any:
-    """The mock server of ``case``: a router with one model, or an async flow
-    (a step, a router with the model, a step after it that responds)."""
+    """The mock server of ``case``: ``router`` (one model), ``flow`` (an async-engine
+    flow: a step, a router with the model, a step after it that responds) or
+    ``async-step`` (the same flow whose first step is a coroutine)."""
     fw = _framework(framework)
     serving = importlib.import_module("mlrun.serving") if framework == "mlrun" else fw
     model = _model_class(serving)
     namespace = {"Trivial": model, "passthrough": passthrough}
+    namespace["async_passthrough"] = async_passthrough
     fn = fw.new_function("bench", kind="serving")
     if case == "router":
         fn.add_model("m", class_name="Trivial", model_path=".")
     else:
         flow = fn.set_topology("flow", engine="async")
-        router = flow.to(name="pre", handler="passthrough").to("*", name="router")
+        first = "async_passthrough" if case == "async-step" else "passthrough"
+        router = flow.to(name="pre", handler=first).to("*", name="router")
         router.add_route("m", class_name="Trivial", model_path=".")
         router.to(name="post", handler="passthrough").respond()
     return fn.to_mock_server(namespace=namespace)
@@ -91,7 +99,7 @@ def main(argv: list[str]) -> None:
     try:
         result = measure(server, calls)
     finally:
-        if case == "flow":  # mlrun's router graph has no wait_for_completion
+        if case != "router":  # mlrun's router graph has no wait_for_completion
             server.wait_for_completion()
     print(json.dumps({"framework": framework, "case": case, **result}))
 

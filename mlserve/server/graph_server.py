@@ -357,17 +357,18 @@ class GraphServer:
         """
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
+        target, _, query = path.partition("?")
         event = Event(
             body=body,
             content_type=content_type,
             headers=headers,
             method=method or None,
-            path=unquote(path.partition("?")[0]),  # as an ASGI server hands it over
+            path=unquote(target),  # as an ASGI server hands it over
             event_id=event_id,
             trigger=trigger,
-            query=path.partition("?")[2],
+            query=query,
         )
-        refused = target_error(path.partition("?")[0].encode(), event.path)  # as the faces
+        refused = target_error(target.encode(), event.path)  # as the faces
         if refused is not None:
             response, from_step = self.error_response(InvalidInput(refused)), False
         else:
