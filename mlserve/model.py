@@ -49,6 +49,11 @@ logger = logging.getLogger("mlserve.model")
 DEFAULT_LOAD_WAIT_SECONDS = 300.0
 
 
+# What a hook usually returns: no need to ask whether it must be awaited
+# (inspect.isawaitable costs an abstract-class check, ~1 us).
+_PLAIN = frozenset({list, dict, tuple, str, int, float, bool, type(None)})
+
+
 class _SyncRunner:
     """Runs hooks directly: the dispatch driven by ``do_event``."""
 
@@ -57,7 +62,7 @@ class _SyncRunner:
     @staticmethod
     async def user(fn: Callable[..., Any], *args: Any) -> Any:
         result = fn(*args)
-        if inspect.isawaitable(result):
+        if type(result) not in _PLAIN and inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
         return result
 

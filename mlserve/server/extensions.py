@@ -20,6 +20,7 @@ from typing import Any
 from mlserve.protocol.errors import Forbidden, InvalidInput, ModelNotFound
 from mlserve.protocol.tensors import loads
 from mlserve.server.events import Event, Response
+from mlserve.server.inline import suspends_for
 from mlserve.server.stats import find_models, model_stats
 
 __all__ = ["check_model_name", "handle", "install", "model_config"]
@@ -41,6 +42,12 @@ def install(server: Any) -> None:
         server.add_handler(handle)
 
 
+def _loads_or_unloads(event: Event) -> bool:
+    """Repository requests await their load; every other request is answered at once."""
+    return event.method == "POST" and (event.path or "").startswith("/v2/repository/")
+
+
+@suspends_for(_loads_or_unloads)
 async def handle(server: Any, event: Event) -> Response | None:
     path = event.path
     if event.method == "GET":

@@ -1,14 +1,17 @@
 """``GraphServer``: one code path from an Event to a Response, for every face (S7).
 
 The core is ``run_async``. The mock server's ``test()`` and the sync ``run()``
-reach it through a background event loop, so a notebook (which has a running
-loop of its own) and a script behave the same.
+answer a graph of plain (sync) code in the caller's thread, driving the same
+dispatch synchronously (mlserve.server.inline); a graph with any async part
+reaches ``run_async`` through a background event loop, so a notebook (which
+has a running loop of its own) and a script behave the same.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,10 +35,11 @@ from mlserve.protocol.tensors import (
     loads,
     split_binary_body,
 )
-from mlserve.server.aio import BackgroundLoop, run_in_threadpool
+from mlserve.server.aio import BackgroundLoop, drive, run_in_threadpool
 from mlserve.server.events import Event, Response, Trigger
 from mlserve.server.extensions import install as install_extensions
-from mlserve.server.limits import ServerLimits, request_timeout, with_timeout
+from mlserve.server.inline import graph_runs_inline, handlers_run_inline
+from mlserve.server.limits import RequestTimeout, ServerLimits, request_timeout, with_timeout
 
 __all__ = [
     "GraphServer",
@@ -158,11 +162,13 @@ class GraphServer:
         self.handlers: list[ServerHandler] = []
         self._shutdown_callbacks: list[Callable[[], None]] = []
         self._loop = BackgroundLoop()
+        self._inline: bool | None = None  # whether the graph is all sync code (on first call)
 
     def add_handler(self, handler: ServerHandler) -> None:
         """Answer some paths at the server level, before the graph (mock and
         network faces alike)."""
         self.handlers.append(handler)
+        self._inline = None
 
     def on_shutdown(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` at ``wait_for_completion()`` (shutdown): flush
@@ -234,6 +240,7 @@ class GraphServer:
         """Build the graph's live objects and load the models."""
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
+        self._inline = None
         self.graph.init_object(
             self.context, namespace or getattr(self, "namespace", {}), self.load_mode
         )
@@ -263,20 +270,35 @@ class GraphServer:
         """Answer one event; every error becomes the Response of its class."""
         return (await self._answer(event))[0]
 
-    async def _answer(self, event: Event) -> tuple[Response, bool]:
-        """The Response, and whether a step answered with that Response object itself."""
+    async def _answer(self, event: Event, inline: bool = False) -> tuple[Response, bool]:
+        """The Response, and whether a step answered with that Response object itself.
+
+        ``inline``: nothing on the event's path suspends (``runs_inline``); the
+        caller drives this coroutine in its own thread and the graph runs through
+        its sync API. A deadline cannot interrupt a call in the caller's thread:
+        one that ran past it answers the same 504, once it ends."""
         if self.draining and event.method == "GET" and (event.path or "").endswith("/ready"):
             stopping = {"ready": False, "error": "the server is stopping"}
             return Response(stopping, status_code=503), False
         try:
-            await self._parse_body_async(event)  # a big body: before handlers (TF Serving's)
+            if not inline:
+                await self._parse_body_async(event)  # a big body: before handlers (TF Serving's)
+            elif _is_big_body(event.body):
+                self._parse_body(event)
             for handler in self.handlers:
                 answer = await handler(self, event)
                 if answer is not None:
                     return answer, False
             self._parse_body(event)
-            run = self.graph.run_async(event)  # type: ignore[union-attr]
-            event = await with_timeout(run, request_timeout(self.limits, event))
+            timeout = request_timeout(self.limits, event)
+            if inline:
+                started = time.monotonic()
+                event = self.graph.run(event)  # type: ignore[union-attr]
+                if timeout and time.monotonic() - started > timeout:
+                    raise RequestTimeout(f"the request took longer than {timeout:g} s")
+            else:
+                run = self.graph.run_async(event)  # type: ignore[union-attr]
+                event = await with_timeout(run, timeout)
         except Exception as exc:
             return self.error_response(exc), False
         body = event.body
@@ -284,9 +306,27 @@ class GraphServer:
             return body, True
         return Response(body, content_type=_content_type_of(body)), False
 
+    def graph_changed(self) -> None:
+        """Routes were loaded or unloaded at run time: ask again whether the graph is all sync."""
+        self._inline = None
+
+    def runs_inline(self, event: Event) -> bool:
+        """Whether ``event`` can be answered in the caller's thread: the graph is
+        all sync code and no server handler may suspend for it."""
+        inline = self._inline
+        if inline is None:
+            inline = self._inline = graph_runs_inline(self.graph)
+        return inline and handlers_run_inline(self.handlers, event)
+
+    def _answer_sync(self, event: Event) -> tuple[Response, bool]:
+        """``_answer`` from a sync caller: in its thread when it can, else on the loop."""
+        if self.runs_inline(event):
+            return drive(self._answer(event, inline=True))
+        return self._loop.run(self._answer(event))
+
     def run(self, event: Event, context: Any = None, get_body: bool = False) -> Any:
         """Answer one event synchronously: the body (``get_body``) or an encoded Response."""
-        response = self._loop.run(self.run_async(event))
+        response = self._answer_sync(event)[0]
         if get_body and response.status_code < 300:
             return response.body
         if get_body:
@@ -317,21 +357,22 @@ class GraphServer:
         """
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
+        target, _, query = path.partition("?")
         event = Event(
             body=body,
             content_type=content_type,
             headers=headers,
             method=method or None,
-            path=unquote(path.partition("?")[0]),  # as an ASGI server hands it over
+            path=unquote(target),  # as an ASGI server hands it over
             event_id=event_id,
             trigger=trigger,
-            query=path.partition("?")[2],
+            query=query,
         )
-        refused = target_error(path.partition("?")[0].encode(), event.path)  # as the faces
+        refused = target_error(target.encode(), event.path)  # as the faces
         if refused is not None:
             response, from_step = self.error_response(InvalidInput(refused)), False
         else:
-            response, from_step = self._loop.run(self._answer(event))
+            response, from_step = self._answer_sync(event)
         sent = None
         if from_step and get_body and response.status_code < 300:
             return StepResponse.of(response)
@@ -352,8 +393,7 @@ class GraphServer:
 
     async def _parse_body_async(self, event: Event) -> None:
         """Parse a big body off the event loop, so health checks never wait on it."""
-        body = event.body
-        if isinstance(body, (str, bytes, bytearray, memoryview)) and len(body) > OFF_LOOP_BYTES:
+        if _is_big_body(event.body):
             await run_in_threadpool(self._parse_body, event)
 
     def _parse_body(self, event: Event) -> None:
@@ -409,6 +449,11 @@ def user_traceback(exc: BaseException) -> str:
             part.stack = traceback.StackSummary.from_list(users)
         part = part.__cause__ or (None if part.__suppress_context__ else part.__context__)
     return "".join(formatted.format())
+
+
+def _is_big_body(body: Any) -> bool:
+    """A body parsed before the server's handlers (off the loop, on the loop path)."""
+    return isinstance(body, (str, bytes, bytearray, memoryview)) and len(body) > OFF_LOOP_BYTES
 
 
 def _content_type_of(body: Any) -> str:

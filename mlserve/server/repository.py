@@ -103,6 +103,7 @@ class GraphRepository:
             self._unloaded.pop(key, None)
             router.routes[key] = route
             router.object.post_init("sync")
+        _graph_changed(self.server)
 
     async def unload(self, name: str) -> None:
         """Take every version of ``name`` out of the routers (requests get 404)."""
@@ -114,6 +115,14 @@ class GraphRepository:
             model = _model_of(route)
             if model is not None and hasattr(model, "ready"):
                 model.ready = False
+        _graph_changed(self.server)
+
+
+def _graph_changed(server: Any) -> None:
+    """Tell the server its routes changed (whether it can answer inline is asked again)."""
+    changed = getattr(server, "graph_changed", None)
+    if changed is not None:
+        changed()
 
 
 def _matches(key: str, name: str) -> bool:

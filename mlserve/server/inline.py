@@ -1,0 +1,136 @@
+"""Whether a request can be answered in the caller's thread, with no event loop.
+
+The mock server (``GraphServer.test``) and the sync ``run()`` answer in the
+caller's thread when every step on a request's path is plain code: a hop to
+the background loop and back costs far more than a trivial model. A graph
+with any async part keeps the loop path:
+
+* a router and its models run inline when the router dispatches through
+  mlserve's own ``route_event`` and every model has a plain ``predict`` /
+  ``explain`` / ``op_*``, mlserve's own ``do_event_async`` and no batching;
+* a flow runs inline on the sync engine (``engine="sync"``) when each of its
+  steps does. On the async engine (the default) it runs inline too when it is
+  one path of such steps that ends at its responder, with no error handler:
+  storey would run the same steps in the same order on the same event and
+  answer when the last one ends, which is what the sync engine does. Any
+  other async-engine flow keeps its loop: its answer leaves at the responder
+  while later steps and branches go on concurrently, a flow with no responder
+  answers before its steps end, and error handlers are storey outlets;
+* queues, remote steps, storey steps, merges and async handlers need a loop.
+
+Server-level handlers (``GraphServer.add_handler``) say which of their
+requests may suspend with ``handler.needs_loop(event)``; a handler without
+it always takes the loop path.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from mlserve.server.aio import run_in_threadpool
+from mlserve.server.events import Event
+
+__all__ = ["graph_runs_inline", "handlers_run_inline", "model_runs_inline", "suspends_for"]
+
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def suspends_for(needs_loop: Callable[[Event], bool]) -> Callable[[H], H]:
+    """Mark a server handler: it may suspend (await) only for events where
+    ``needs_loop(event)`` is true; other events it answers without awaiting."""
+
+    def mark(handler: H) -> H:
+        handler.needs_loop = needs_loop  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+def handlers_run_inline(handlers: list[Any], event: Event) -> bool:
+    """Whether none of ``handlers`` may suspend for ``event``."""
+    for handler in handlers:
+        needs_loop = getattr(handler, "needs_loop", None)
+        if needs_loop is None or needs_loop(event):
+            return False
+    return True
+
+
+def graph_runs_inline(step: Any) -> bool:
+    """Whether every step of the graph below ``step`` is plain (sync) code."""
+    from mlserve.graph.flow import FlowStep, RootFlowStep
+    from mlserve.graph.steps import RouterStep, TaskStep
+
+    if isinstance(step, RootFlowStep) and step.engine != "sync" and not _one_path(step):
+        return False
+    if isinstance(step, FlowStep):
+        return all(graph_runs_inline(child) for child in step._local.values())
+    if isinstance(step, RouterStep):
+        return _router_runs_inline(step.object) and all(
+            graph_runs_inline(route) for route in step.object.routes.values()
+        )
+    if isinstance(step, TaskStep):
+        return _task_runs_inline(step)
+    return False  # a queue, or a step kind this module does not know
+
+
+def _one_path(flow: Any) -> bool:
+    """An async-engine flow the sync engine answers alike: one path of steps that
+    ends at its responder, with no error handler."""
+    from mlserve.graph.flow import ErrorStep
+
+    steps, nexts = flow._local, flow._next
+    if len(flow._starts) != 1 or any(len(after) > 1 for after in nexts.values()):
+        return False
+    if flow.on_error or any(
+        isinstance(step, ErrorStep) or getattr(step, "on_error", None) for step in steps.values()
+    ):
+        return False
+    responder = flow._responder
+    return responder is not None and not nexts[responder]
+
+
+def _router_runs_inline(router: Any) -> bool:
+    """A router whose dispatch is mlserve's own (its sync drive never suspends);
+    the user's router may change ``select``, ``preprocess``, ``postprocess``..."""
+    from mlserve.graph.routers import BaseModelRouter
+
+    if not isinstance(router, BaseModelRouter):
+        return False
+    cls = type(router)
+    return all(
+        getattr(cls, name).__module__.startswith("mlserve.")
+        for name in ("do_event_async", "_handle", "route_event")
+    )
+
+
+def _task_runs_inline(step: Any) -> bool:
+    obj, call = step.object, step._call
+    if hasattr(obj, "_outlets"):
+        return False  # a storey step: the async engine wires it into storey itself
+    if isinstance(call, partial) and call.func is run_in_threadpool:
+        return True  # a sync handler, do() or do_event() without an async twin
+    return (
+        obj is not None
+        and call == getattr(obj, "do_event_async", None)
+        and (model_runs_inline(obj))
+    )
+
+
+def model_runs_inline(model: Any) -> bool:
+    """A ``V2ModelServer`` whose hooks are plain functions, with mlserve's own
+    async dispatch (not a remote model) and no batching."""
+    from mlserve.batching import batching_runner
+    from mlserve.model import V2ModelServer
+
+    if not isinstance(model, V2ModelServer):
+        return False
+    if type(model).do_event_async is not V2ModelServer.do_event_async:
+        return False
+    hooks = [model.predict, model.explain]
+    hooks += [getattr(model, name) for name in dir(type(model)) if name.startswith("op_")]
+    if any(inspect.iscoroutinefunction(hook) for hook in hooks):
+        return False
+    return batching_runner(model) is None
