@@ -284,6 +284,9 @@ def run(servers: list[Server], args: argparse.Namespace, workdir: Path) -> list[
 Stats = dict[tuple[str, str, int], dict[str, float]]
 
 
+_KEYS = ("rps", "p50_us", "p99_us", "cpu_us")
+
+
 def medians(rows: list[dict[str, Any]]) -> Stats:
     """Per (server, form, connections): the median over the rounds; by connections,
     then in the order measured."""
@@ -291,15 +294,25 @@ def medians(rows: list[dict[str, Any]]) -> Stats:
     for row in rows:
         groups.setdefault((row["server"], row["form"], row["connections"]), []).append(row)
     order = sorted(groups, key=lambda key: (key[2], list(groups).index(key)))
-    return {
-        key: {**median_of(groups[key], "rps", "p50_us", "p99_us", "cpu_us"), "bad": _failed(groups[key])}
-        for key in order
-    }
+    return {key: {**median_of(groups[key], *_KEYS), "bad": _failed(groups[key])} for key in order}
 
 
 def _failed(group: list[dict[str, Any]]) -> float:
     """Failed requests (h2load's failed, errored, timed out, non-2xx) over every round."""
     return float(sum(row["bad"] for row in group))
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces this run."""
+    words = ["python -m benchmarks.grpc_load", f"--duration {args.duration:g}"]
+    words.append(f"--repeat {args.repeat}")
+    if args.connections != [1, 8, 64]:
+        words.append("--connections " + " ".join(map(str, args.connections)))
+    if args.servers != [s.name for s in SERVERS]:
+        words.append("--servers " + " ".join(args.servers))
+    if args.baseline:
+        words.append(f"--baseline {args.baseline}")
+    return " ".join(words)
 
 
 def table(stats: Stats, args: argparse.Namespace) -> str:
@@ -308,8 +321,8 @@ def table(stats: Stats, args: argparse.Namespace) -> str:
     lines = [
         "## gRPC: mlserve, MLServer, KServe and a bare grpc.aio floor",
         "",
-        f"Command: `python -m benchmarks.grpc_load --duration {args.duration:g} --repeat "
-        f"{args.repeat}`. {machine()}; {peers}; grpcio {grpcio} (mlserve and the floor); "
+        f"Command: `{command_line(args)}`. {machine()}; {peers}; grpcio {grpcio} "
+        "(mlserve and the floor); "
         f"h2load, one stream per connection, {args.duration:g} s per point after a "
         f"{args.warmup:g} s warm-up, median of {args.repeat} alternating round(s). V2 "
         "ModelInfer of a [1, 4] FP32 tensor: `typed` in `fp32_contents`, `raw` in "
@@ -334,8 +347,10 @@ def table(stats: Stats, args: argparse.Namespace) -> str:
         ours = stats.get(("mlserve", "typed", conns))
         others = {n: stats.get((n, "typed", conns)) for n in ("MLServer", "KServe", "floor")}
         cells = [
-            f"{ours['rps'] / p['rps']:.2f}x" if ours and p and p["rps"] else "-"
-            for p in others.values()
+            f"{ours['rps'] / p['rps']:.2f}{'' if name == 'floor' else 'x'}"
+            if ours and p and p["rps"]
+            else "-"
+            for name, p in others.items()
         ]
         floor = others["floor"]
         cpu = f"{ours['cpu_us']:.0f} vs {floor['cpu_us']:.0f}" if ours and floor else "-"
@@ -356,9 +371,10 @@ def _ab(stats: Stats, args: argparse.Namespace) -> list[str]:
     for (name, form, conns), now in stats.items():
         before = stats.get((base, form, conns))
         if name == "mlserve" and before:
+            change = now["cpu_us"] / before["cpu_us"] - 1
             lines.append(
                 f"| {form} | {conns} | {before['cpu_us']:.0f} -> {now['cpu_us']:.0f} "
-                f"({now['cpu_us'] / before['cpu_us'] - 1:+.0%}) | {now['rps'] / before['rps']:.2f}x |"
+                f"({change:+.0%}) | {now['rps'] / before['rps']:.2f}x |"
             )
     return lines
 

@@ -118,10 +118,14 @@ def contents_array(values: Any, field: str) -> Any:
 
 def infer_to_core(request: Any) -> dict[str, Any]:
     """A ``ModelInferRequest`` as the V2 tensor body the graph serves."""
-    raws = list(request.raw_input_contents)
-    if raws and len(raws) != len(request.inputs):
-        raise InvalidInput(f"{len(raws)} raw_input_contents for {len(request.inputs)} inputs")
-    inputs = [_input_to_core(t, raws[i] if raws else None) for i, t in enumerate(request.inputs)]
+    tensors = request.inputs
+    raws = request.raw_input_contents
+    if not raws:
+        inputs = [_input_to_core(tensor, None) for tensor in tensors]
+    elif len(raws) != len(tensors):
+        raise InvalidInput(f"{len(raws)} raw_input_contents for {len(tensors)} inputs")
+    else:
+        inputs = [_input_to_core(tensor, raw) for tensor, raw in zip(tensors, raws, strict=True)]
     parameters = parameters_to_core(request.parameters) if request.parameters else {}
     parameters["binary_data_output"] = True
     body: dict[str, Any] = {"inputs": inputs, "parameters": parameters}
@@ -171,7 +175,7 @@ def infer_from_core(body: dict[str, Any], raw: bool) -> Any:
         model_version=str(body.get("model_version") or ""),
         id=str(body.get("id") or ""),
     )
-    if isinstance(body.get("parameters"), dict):
+    if isinstance(body.get("parameters"), dict) and body["parameters"]:
         parameters_from_core(body["parameters"], response.parameters)
     outputs = body.get("outputs")
     if not isinstance(outputs, list) or not all(
@@ -186,8 +190,10 @@ def infer_from_core(body: dict[str, Any], raw: bool) -> Any:
         tensor = response.outputs.add(
             name=obj["name"], datatype=obj["datatype"], shape=obj["shape"]
         )
-        params = {k: v for k, v in (obj.get("parameters") or {}).items() if k != "binary_data_size"}
-        parameters_from_core(params, tensor.parameters)
+        params = obj.get("parameters")
+        if params and params.keys() != {"binary_data_size"}:
+            params = {k: v for k, v in params.items() if k != "binary_data_size"}
+            parameters_from_core(params, tensor.parameters)
         if not raw:
             _typed(tensor, obj, data)
     if raw:
