@@ -132,6 +132,34 @@ def baseline(ref: str, workdir: Path) -> Server:
     return Server(f"mlserve@{ref}", ("typed", "raw"), command)
 
 
+def servicer_ab(ref: str, tree: Path, rounds: int) -> list[str]:
+    """In-process A/B of the servicer alone (benchmarks/servers/grpc_servicer_cpu.py):
+    the baseline's and the tree's, alternated ``rounds`` times; table lines."""
+    script = str(HERE / "servers" / "grpc_servicer_cpu.py")
+    runs: dict[str, list[dict[str, float]]] = {ref: [], "mlserve": []}
+    for round_ in range(rounds):
+        for name, path in ((ref, tree), ("mlserve", ROOT)):
+            env = {**os.environ, "PYTHONPATH": str(path)}
+            done = subprocess.run(
+                [sys.executable, script], env=env, capture_output=True, text=True, check=True
+            )
+            runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            progress(f"grpc in-process {name:16} round {round_ + 1}: {runs[name][-1]}")
+    lines = [
+        "",
+        f"In-process, the servicer alone (`benchmarks/servers/grpc_servicer_cpu.py`: 8 clients "
+        f"on one loop, no sockets), process CPU us per ModelInfer, median of {rounds} "
+        "alternating runs:",
+        "",
+        f"| request | mlserve@{ref} | mlserve | change |",
+        "|---|---:|---:|---:|",
+    ]
+    for form in ("typed", "raw"):
+        before, after = (median_of(runs[name], form)[form] for name in (ref, "mlserve"))
+        lines.append(f"| {form} | {before:.0f} | {after:.0f} | {after / before - 1:+.0%} |")
+    return lines
+
+
 SERVERS = [
     Server("floor", ("typed",), _floor),
     Server("mlserve", ("typed", "raw"), _mlserve),
@@ -312,10 +340,12 @@ def command_line(args: argparse.Namespace) -> str:
         words.append("--servers " + " ".join(args.servers))
     if args.baseline:
         words.append(f"--baseline {args.baseline}")
+    if args.inproc:
+        words.append("--inproc")
     return " ".join(words)
 
 
-def table(stats: Stats, args: argparse.Namespace) -> str:
+def table(stats: Stats, args: argparse.Namespace, inproc: list[str]) -> str:
     peers = f"MLServer {version('mlserver')}, KServe {version('kserve')}"
     grpcio = version(None, "grpcio")
     lines = [
@@ -355,7 +385,7 @@ def table(stats: Stats, args: argparse.Namespace) -> str:
         floor = others["floor"]
         cpu = f"{ours['cpu_us']:.0f} vs {floor['cpu_us']:.0f}" if ours and floor else "-"
         lines.append(f"| {conns} | {' | '.join(cells)} | {cpu} |")
-    return "\n".join([*lines, *_ab(stats, args), "", goals(stats)])
+    return "\n".join([*lines, *_ab(stats, args), *inproc, "", goals(stats)])
 
 
 def _ab(stats: Stats, args: argparse.Namespace) -> list[str]:
@@ -409,18 +439,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--baseline", metavar="GIT_REF", help="also measure mlserve as of this commit (A/B)"
     )
+    parser.add_argument(
+        "--inproc", action="store_true", help="with --baseline: the servicer's in-process A/B too"
+    )
     args = parser.parse_args(argv)
+    if args.inproc and not args.baseline:
+        parser.error("--inproc compares with --baseline GIT_REF")
     servers = [s for s in SERVERS if s.name in args.servers]
     for env in sorted({s.env for s in servers if s.env}):
         ensure_env(env)
     exit_on_sigterm()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
+        inproc: list[str] = []
         if args.baseline:
             servers.insert(0, baseline(args.baseline, Path(tmp)))
+            if args.inproc:
+                inproc = servicer_ab(args.baseline, Path(tmp) / "baseline", args.repeat)
         rows = run(servers, args, Path(tmp))
-    save_raw("grpc", {"args": vars(args), "runs": rows})
-    text = table(medians(rows), args)
+    save_raw("grpc", {"args": vars(args), "runs": rows, "inproc": inproc})
+    text = table(medians(rows), args, inproc)
     print(text)
     if not args.no_doc:
         write_section("grpc", text)
