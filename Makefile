@@ -37,6 +37,7 @@ system-deps:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \

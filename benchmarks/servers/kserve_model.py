@@ -1,10 +1,12 @@
 """KServe's echo model, run in its own environment: ``python kserve_model.py --http_port P ...``.
 
 KServe's server binds every interface (no host option); the harness sends to 127.0.0.1 only.
+Its gRPC server (KServe's own settings) starts when ``--grpc_port`` is given.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import kserve
@@ -31,5 +33,9 @@ class Echo(kserve.Model):
 if __name__ == "__main__":
     args, _ = parser.parse_known_args()
     kserve.ModelServer(
-        http_port=args.http_port, enable_grpc=False, workers=1, enable_latency_logging=False
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        enable_grpc=any(arg.startswith("--grpc_port") for arg in sys.argv),
+        workers=1,
+        enable_latency_logging=False,
     ).start([Echo()])

@@ -41,6 +41,16 @@ index = {m.name: m.state for m in stub.RepositoryIndex(pb.RepositoryIndexRequest
 assert (config.input[0].dims, stats.inference_count, index["scale"]) == ([-1, 2], 1, "READY")
 streamed = list(stub.ModelStreamInfer(iter([request, request]), timeout=30))
 assert [r.infer_response.model_name for r in streamed] == ["scale", "scale"]
+# Typed contents past the small-tensor path, both ways (numpy from the field, packed out).
+big = pb.ModelInferRequest(model_name="echo")
+values = [i / 8 for i in range(1000)]
+for name, datatype, field in (("f", "FP32", "fp32_contents"), ("d", "FP64", "fp64_contents"),
+                              ("i", "INT64", "int64_contents")):
+    getattr(big.inputs.add(name=name, datatype=datatype, shape=[1000]).contents, field).extend(
+        [int(v) for v in values] if datatype == "INT64" else values)
+echoed = {o.name: o.contents for o in stub.ModelInfer(big, timeout=30).outputs}
+assert list(echoed["f"].fp32_contents) == values and list(echoed["d"].fp64_contents) == values
+assert list(echoed["i"].int64_contents) == [int(v) for v in values]
 print(list(outputs["scaled"].contents.fp32_contents))
 """
 
