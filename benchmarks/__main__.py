@@ -37,6 +37,7 @@ QUICK = {
     "startup": ["--repeat", "1", "--serve-repeat", "1"],
     "inprocess": ["--repeat", "1", "--calls", "200"],
     "http_load": ["--duration", "1", "--warmup", "1", "--repeat", "1"],
+    "profile": ["--seconds", "2"],
     "grpc_load": ["--duration", "1", "--repeat", "1"],
     "tracking": ["--duration", "1", "--repeat", "1"],
     "tf_batching": ["--duration", "2", "--repeat", "1"],

@@ -1,6 +1,6 @@
 """Where a request's time goes: py-spy samples a real ``mlserve serve`` under wrk.
 
-    python -m benchmarks.profile [--seconds 8] [--connections 8] [--form tensor]
+    python -m benchmarks.profile [--seconds 8] [--connections 8] [--form tensor] [--no-doc]
 
 Samples (``py-spy record --gil``: only the thread that holds the GIL, the one doing
 Python work) are grouped by the layer of DESIGN.md they fall in, by the innermost
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import http_load
-from benchmarks.common import progress, running, wrk
+from benchmarks.common import machine, progress, running, write_section, wrk
 
 # The innermost mlserve module of a sample names its layer (first match wins).
 LAYERS = [
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--form", choices=["tensor", "binary", "rows"], default="tensor")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     form = {"tensor": http_load.TENSOR, "binary": http_load.BINARY, "rows": http_load.ROWS}[
@@ -79,13 +80,26 @@ def main(argv: list[str] | None = None) -> None:
         total += weight
         layers[layer_of(frames)] += weight
         own[frames[-1].split(" (")[0] + " (" + frames[-1].rsplit("/", 1)[-1]] += weight
-    print(f"{result['rps']:.0f} req/s under py-spy, {total} samples holding the GIL\n")
-    print("| where (innermost mlserve frame) | share |\n|---|---:|")
-    for name, weight in layers.most_common():
-        print(f"| {name} | {weight / total:.0%} |")
-    print("\n| function (own time) | share |\n|---|---:|")
-    for name, weight in own.most_common(args.top):
-        print(f"| `{name}` | {weight / total:.1%} |")
+    lines = [
+        "## Where an HTTP request's time goes",
+        "",
+        f"Command: `python -m benchmarks.profile --seconds {args.seconds} --connections "
+        f"{args.connections} --form {args.form}`. {machine()}. py-spy (`record --gil`, 250 Hz) "
+        f"on `mlserve serve` of the echo model under `wrk -c{args.connections}` "
+        f"({result['rps']:,.0f} requests/s with py-spy attached, {total} samples holding the GIL).",
+        "",
+        "| where (innermost mlserve frame of a sample) | share |",
+        "|---|---:|",
+        *(f"| {name} | {weight / total:.0%} |" for name, weight in layers.most_common()),
+        "",
+        "| function (own time) | share |",
+        "|---|---:|",
+        *(f"| `{name}` | {weight / total:.1%} |" for name, weight in own.most_common(args.top)),
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_doc:
+        write_section("profile", text)
 
 
 if __name__ == "__main__":
