@@ -7,7 +7,7 @@ Imports: each statement runs in a fresh interpreter of this venv, which counts
 the modules it adds to ``sys.modules`` and times it (wall and CPU of the
 process); ``-X importtime`` shows the same cost module by module. With
 ``--compare DIR`` the ``mlserve`` package under DIR (an older checkout) is
-measured too, its runs alternating with ours.
+measured too, imports and the echo server, its runs alternating with ours.
 
 Serving: the time from starting ``mlserve serve <file>`` to the first 200 on
 ``/v2/health/ready`` (polled every 50 ms), and the server's CPU seconds by
@@ -41,6 +41,8 @@ from benchmarks.common import (
     write_section,
 )
 from benchmarks.http_load import _mlserve, _mlserver
+
+Command = Callable[[int, Path], list[str]]  # a server's argv for (port, work folder)
 
 GOAL_MODULES = 300
 GOAL_MS = 150.0
@@ -100,7 +102,7 @@ def measure_imports(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def _tf_command(model: Path) -> Callable[[int, Path], list[str]]:
+def _tf_command(model: Path) -> Command:
     def command(port: int, workdir: Path) -> list[str]:
         target = workdir / "tf_model.py"
         target.write_text(_TF_MODEL.format(path=str(model)))
@@ -109,18 +111,25 @@ def _tf_command(model: Path) -> Callable[[int, Path], list[str]]:
     return command
 
 
-def time_to_ready(name: str, command: Callable[[int, Path], list[str]]) -> dict[str, float]:
+def time_to_ready(name: str, command: Command) -> dict[str, float]:
     """Seconds from starting the server to its first 200 on /v2/health/ready, and its CPU."""
     start = time.monotonic()
     with running(command, name) as (_port, pid, _):
         seconds = time.monotonic() - start
         cpu = cpu_seconds(pid)
-    progress(f"startup: {name:14} ready in {seconds:5.2f} s ({cpu:.2f} s CPU)")
+    progress(f"startup: {name:22} ready in {seconds:5.2f} s ({cpu:.2f} s CPU)")
     return {"seconds": seconds, "cpu_s": cpu}
 
 
+def _older(command: Command, tree: str) -> Command:
+    """``command`` with the mlserve package of ``tree`` (``env`` execs: the PID stays)."""
+    return lambda port, workdir: ["env", f"PYTHONPATH={tree}", *command(port, workdir)]
+
+
 def measure_serving(args: argparse.Namespace) -> list[dict[str, Any]]:
-    servers: dict[str, Callable[[int, Path], list[str]]] = {"mlserve echo": _mlserve}
+    servers: dict[str, Command] = {"mlserve echo": _mlserve}
+    if args.compare:
+        servers["mlserve echo (before)"] = _older(_mlserve, str(Path(args.compare).resolve()))
     if not args.no_tf:
         from benchmarks.tf_batching import save_model
 
