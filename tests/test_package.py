@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -44,6 +45,62 @@ def test_import_loads_no_heavy_dependency():
     code = f"import sys, mlserve; print([m for m in {HEAVY!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+MAX_MODULES = 300  # issue 15: what ``import mlserve`` may add to sys.modules
+
+
+def _fresh(statement: str) -> set[str]:
+    """What ``statement`` adds to a fresh interpreter's sys.modules."""
+    code = (
+        "import json, sys\n"
+        "before = set(sys.modules)\n"
+        f"{statement}\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(out.stdout))
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["import mlserve", "from mlserve import *", "import mlserve\nmlserve.V2ModelServer"],
+)
+def test_import_stays_small_and_loads_no_optional_stack(statement):
+    added = _fresh(statement)
+    assert len(added) <= MAX_MODULES, f"{len(added)} modules"
+    assert not [m for m in added if m.split(".")[0] in HEAVY]
+    # Only exporting a function or a process-pool ensemble needs these.
+    assert not added & {"yaml", "multiprocessing", "mlserve.function.build"}
+
+
+def test_import_mlserve_alone_loads_the_names_on_first_use():
+    added = _fresh("import mlserve")
+    assert "numpy" not in added and "asyncio" not in added
+    assert not [m for m in added if m.startswith("mlserve.")]
+
+
+def test_every_public_name_is_the_defining_modules_own():
+    import importlib
+
+    for name, module in mlserve._NAMES.items():
+        assert getattr(mlserve, name) is getattr(importlib.import_module(module), name)
+    assert set(mlserve._NAMES) | {"__version__"} == set(mlserve.__all__)
+    assert set(mlserve.__all__) <= set(dir(mlserve))
+    assert not hasattr(mlserve, "no_such_name")
+
+
+def test_subpackages_resolve_after_a_plain_import():
+    """``import mlserve`` once loaded the graph, server and function packages with it;
+    attribute paths through them still work."""
+    code = (
+        "import mlserve\n"
+        "print(mlserve.graph.ensembles.ParallelRunnerModes.thread.value,"
+        " mlserve.server.graph_server.GraphServer.__name__,"
+        " mlserve.protocol.errors.InvalidInput.__name__, mlserve.model.V2ModelServer.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["thread", "GraphServer", "InvalidInput", "V2ModelServer"]
 
 
 def _subclasses(cls):

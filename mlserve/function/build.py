@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 __all__ = [
     "BuildOptions",
     "build",
@@ -386,6 +384,8 @@ def build(fn: Any, out_dir: str | Path, options: BuildOptions | None = None) -> 
             shutil.copytree(source, target)
         else:
             shutil.copy2(source, target)
+    import yaml  # not at module level: every ``mlserve`` command reads BuildOptions
+
     requirements = [options.mlserve_requirement or f"mlserve=={__version__}"]
     requirements += [*fn.spec.requirements, *options.requirements]
     written = {

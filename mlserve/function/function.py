@@ -19,8 +19,6 @@ import types
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mlserve.function.walk import classes_in_main, iter_steps
 from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict
 from mlserve.server.graph_server import GraphServer
@@ -374,6 +372,8 @@ class ServingFunction:
         return fn
 
     def to_yaml(self) -> str:
+        import yaml
+
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     def to_nuclio_config(self) -> dict[str, Any]:
@@ -392,6 +392,8 @@ class ServingFunction:
         if path.suffix == ".json":
             path.write_text(json.dumps(struct, indent=2))
         else:
+            import yaml
+
             path.write_text(yaml.safe_dump(struct, sort_keys=False))
         return str(path)
 
@@ -492,6 +494,8 @@ def code_to_function(
 
 def import_function(path: str) -> ServingFunction:
     """Load a function exported with ``fn.export()`` (YAML or JSON)."""
+    import yaml
+
     text = Path(path).read_text()
     struct = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     return ServingFunction.from_dict(struct)

@@ -20,7 +20,7 @@ import asyncio
 import copy
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -143,6 +143,8 @@ class ParallelRun(BaseModelRouter):
         if self._executor is None:
             workers = max(1, len(self.routes))
             if self.executor_type == "process":
+                from concurrent.futures import ProcessPoolExecutor  # loads multiprocessing
+
                 self._executor = ProcessPoolExecutor(max_workers=workers)
             else:
                 self._executor = ThreadPoolExecutor(

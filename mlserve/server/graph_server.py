@@ -20,7 +20,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
-import yaml
 
 from mlserve.context import GraphContext
 from mlserve.graph.steps import BaseStep, step_from_dict
@@ -214,6 +213,8 @@ class GraphServer:
         )
 
     def to_yaml(self) -> str:
+        import yaml
+
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     # ---- lifecycle -------------------------------------------------------------
