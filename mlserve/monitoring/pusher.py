@@ -300,6 +300,8 @@ class StreamPusher:
         fields = self._fields.get(id(model)) or self._new_fields(model)
         if call[5] is None:
             self._add_pending(rec.error_record(fields, call), fields, 1)
+        elif self.batch == 1 and self._encoded:
+            self._add_encoded(rec.success_line(fields, call), fields, 1)
         elif self.batch == 1:
             self._add_pending(rec.success_record(fields, call), fields, 1)
         else:
@@ -324,10 +326,16 @@ class StreamPusher:
 
     def _add_pending(self, record: dict[str, Any], fields: rec.ModelFields, calls: int) -> None:
         if self._encoded:
-            self._pending.append(dumps(record))  # bytes: nothing for the GC to follow
-            self._keys.append(fields.key)
-        else:
-            self._pending.append(record)
+            self._add_encoded(dumps(record), fields, calls)
+            return
+        self._pending.append(record)
+        self._sizes.append(calls)
+        if len(self._pending) > self.max_queue:
+            self._count_dropped(self._pop_pending())
+
+    def _add_encoded(self, line: bytes, fields: rec.ModelFields, calls: int) -> None:
+        self._pending.append(line)  # bytes: nothing for the GC to follow
+        self._keys.append(fields.key)
         self._sizes.append(calls)
         if len(self._pending) > self.max_queue:
             self._count_dropped(self._pop_pending())
