@@ -286,6 +286,9 @@ class StreamPusher:
 
     def _drain(self, limit: int) -> None:
         inbox = self._inbox
+        if self._encoded and self.batch == 1:
+            self._drain_lines(min(limit, len(inbox)))
+            return
         for _ in range(min(limit, len(inbox))):
             call = inbox.popleft()
             try:
@@ -293,6 +296,30 @@ class StreamPusher:
             except Exception:
                 logger.exception("model-log stream: cannot build a record; skipped")
                 self._count_dropped(1)
+
+    def _drain_lines(self, count: int) -> None:
+        """``_accept`` for the common case (encoded, unbatched) in few steps a call: each
+        call becomes its JSON line; past ``max_queue`` the oldest lines give way, counted."""
+        inbox, pending, keys, sizes = self._inbox, self._pending, self._keys, self._sizes
+        fields_of, success_line = self._fields.get, rec.success_line
+        for _ in range(count):
+            call = inbox.popleft()
+            try:
+                fields = fields_of(id(call[0])) or self._new_fields(call[0])
+                if call[5] is None:
+                    line = dumps(rec.error_record(fields, call))
+                else:
+                    line = success_line(fields, call)
+            except Exception:
+                logger.exception("model-log stream: cannot build a record; skipped")
+                self._count_dropped(1)
+                continue
+            pending.append(line)
+            keys.append(fields.key)
+            sizes.append(1)
+        excess = len(pending) - self.max_queue
+        if excess > 0:
+            self._count_dropped(self._pop_front(excess))
 
     def _accept(self, call: tuple[Any, ...]) -> None:
         """Turn a call (model, start, request, response, op, microsec, metrics) into a record."""
@@ -347,6 +374,18 @@ class StreamPusher:
             self._keys.popleft()
         return self._sizes.popleft()
 
+    def _pop_front(self, count: int) -> int:
+        """Take the ``count`` oldest pending records off; the number of calls they hold."""
+        calls = sum(itertools.islice(self._sizes, count))
+        queues: list[collections.deque[Any]] = [self._pending, self._sizes]
+        if self._encoded:
+            queues.append(self._keys)
+        for queue in queues:
+            pop = queue.popleft
+            for _ in range(count):
+                pop()
+        return calls
+
     def _send(self) -> bool:
         size = MAX_PUSH_JSON if self._encoded else MAX_PUSH
         records = list(itertools.islice(self._pending, size))
@@ -367,7 +406,7 @@ class StreamPusher:
                 self._retry_pause,
             )
             return False
-        calls = sum(self._pop_pending() for _ in range(count))
+        calls = self._pop_front(count)
         self._retry_pause = 0.0
         self.sent += calls
         self._metrics[0].inc(calls)

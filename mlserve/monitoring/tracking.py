@@ -43,7 +43,8 @@ class ModelTracker:
         microsec: int,
         metrics: dict[str, Any] | None = None,
     ) -> None:
-        self._count(model, start, False)
+        if self.registry is not None:
+            self._count(model, start, False)
         if self.pusher is not None:
             self.pusher.push(model, start, request, response, op, microsec, metrics)
 
