@@ -165,3 +165,26 @@ def test_set_metric_reaches_one_record_only(tmp_path: Path) -> None:
     finally:
         server.wait_for_completion()
     assert [r.get("metrics") for r in lines_of(path)] == [{"rows": 2}, None, {"rows": 1}]
+
+
+class OddMetricModel(SumModel):
+    """Sets a metric no JSON encoder can write, on its first call only."""
+
+    def predict(self, request: dict[str, Any]) -> Any:
+        if request.get("id") == "odd":
+            self.set_metric("odd", object())
+        return super().predict(request)
+
+
+def test_a_record_that_cannot_be_encoded_fails_no_request(
+    tmp_path: Path, make_server: Any, caplog: Any
+) -> None:
+    path = tmp_path / "logs.jsonl"
+    server = make_server(str(path), {"m1": OddMetricModel})
+    assert server.test("/v2/models/m1/infer", {"id": "odd", "inputs": [[1, 2]]})["outputs"] == [3]
+    assert server.test("/v2/models/m1/infer", {"id": "ok", "inputs": [[3, 4]]})["outputs"] == [7]
+    pusher = next(server.iter_models()).model_logger.pusher
+    server.wait_for_completion()
+    assert [r["request"]["id"] for r in lines_of(path)] == ["ok"]
+    assert (pusher.sent, pusher.dropped) == (1, 1)
+    assert any("cannot build a record" in r.getMessage() for r in caplog.records)
