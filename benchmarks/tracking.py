@@ -240,7 +240,7 @@ def goals(stats: Stats) -> str:
             + ("met" if ratio >= GOAL else "not met")
             + f" (CPU per request off/on: {cpu:.2f}, "
             + ("met" if cpu >= GOAL else "not met")
-            + f"; +{on['cpu_us'] - off['cpu_us']:.1f} us CPU per request)"
+            + f"; {on['cpu_us'] - off['cpu_us']:+.1f} us CPU per request)"
         )
     return "\n".join(lines)
 
