@@ -4,12 +4,11 @@ A request thread only counts (sampling) and appends the call to a bounded
 inbox -- for a target that takes JSON lines (file, Kafka) without batching,
 the call's record already encoded. One background sender turns calls into
 records (plain JSON, batched per model when ``batch > 1``), and pushes them
-to the target. When the target
-fails, the records stay pending and are retried with a growing pause; past
-``max_queue`` pending records the oldest are dropped. Sent, failed (records in
-failed sends, each retry counted) and dropped records are counted on the
-pusher and as Prometheus metrics, in logged calls (a batched record counts its
-rows).
+to the target. When the target fails, the records stay pending and are
+retried with a growing pause; past ``max_queue`` pending records the oldest
+are dropped. Sent, failed (records in failed sends, each retry counted) and
+dropped records are counted on the pusher and as Prometheus metrics, in
+logged calls (a batched record counts its rows).
 
 Nothing is lost silently: every logged call is sent, or counted as dropped
 (with a rate-limited warning) -- when a bound is passed, or when the stream

@@ -5,10 +5,11 @@ whatever the request form, so a consumer reads rows and tensor requests alike:
 one tensor becomes its nested list (rows), several tensors a list of nested
 lists in order. Any numpy left elsewhere is written by ``dumps``.
 
-The pusher's sender builds one record per logged call, so the per-record work is
-kept small: ``success_line`` writes the JSON of ``success_record`` without building
-the record (the model's fields are encoded once), and ``when`` formats a UTC start
-from a per-second cache (``datetime.isoformat`` costs several microseconds).
+The pusher builds one record per logged call (for file and Kafka targets on the
+request thread), so the per-record work is kept small: ``success_line`` writes the
+JSON of ``success_record`` without building the record (the model's fields are
+encoded once), and ``when`` formats a UTC start from a per-second cache
+(``datetime.isoformat`` costs several microseconds).
 """
 
 from __future__ import annotations
