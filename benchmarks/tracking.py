@@ -1,137 +1,287 @@
-"""Throughput with tracking on, as a ratio of tracking off (goal: >= 0.85).
+"""The cost of model monitoring: throughput with tracking on, as a share of tracking off.
 
-Serves one small model over real HTTP (``python -m mlserve serve``) interleaved
-rounds (default 3): tracking off, tracking to a file, tracking to Kafka (a local tansu
-broker); loads each with wrk (POST, keep-alive) and prints requests/second
-and the ratio to tracking off (medians of the rounds), and the server's CPU
-per request (``cpu ratio`` = CPU per request off / on: the throughput ratio a
-CPU-bound server would reach, which moves less when other jobs share the
-machine).
+    python -m benchmarks.tracking [--duration 4] [--repeat 3] [--streams off file kafka]
+    python -m benchmarks.tracking --no-doc
 
-    python benchmarks/tracking.py [--seconds 10] [--connections 16]
+One small model (``benchmarks/servers/tracking_model.py``: sums the rows of a 2x4
+row request), with tracking off, on to a JSON lines file, and on to Kafka (a local
+tansu broker), measured two ways:
+
+- in-process: the mock server (``fn.to_mock_server()``) in a process of its own,
+  8 caller threads calling ``server.test`` for ``--duration`` seconds;
+- HTTP: ``mlserve serve`` on a function file with ``fn.set_tracking(stream_path=...)``
+  (endpoint records on too, memory store), ``wrk`` at 8 connections.
+
+Rounds alternate off / file / kafka; the tables give medians of the rounds, the
+ratio of each stream's requests/s to tracking off, and the CPU time per request of
+the measured process (all its threads: the pusher's included), which moves less
+than requests/s when other jobs share the machine. Every logged call must reach
+the file: after each file run the lines are counted against the calls answered.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import statistics
+import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import (
+    ROOT,
+    cpu_seconds,
+    exit_on_sigterm,
+    machine,
+    median_of,
+    progress,
+    running,
+    save_raw,
+    write_section,
+    wrk,
+)
 
-from tests.services import free_port, start_kafka, wait_for_port  # noqa: E402
+BODY = json.dumps({"inputs": [[1, 2, 3, 4], [5, 6, 7, 8]]}).encode()
+ANSWER = [10, 26]
+CONNECTIONS = 8
+PATHS = ["in-process", "http"]
+GOAL = 0.90  # issue 15: tracking on (file) keeps at least 90 % of the throughput of off
+FUNCTION_FILE = """from benchmarks.servers.tracking_model import tracked_function
 
-FUNCTION = """
-import os
-import mlserve
-from mlserve.model import V2ModelServer
-
-
-class Sum(V2ModelServer):
-    def load(self):
-        self.model = sum
-
-    def predict(self, request):
-        return [sum(row) for row in request["inputs"]]
-
-
-fn = mlserve.new_function("bench", project="bench")
-fn.add_model("m", class_name=Sum)
-fn.spec.parameters["endpoint_store_url"] = "memory://"
-stream = os.environ.get("BENCH_STREAM")
-if stream:
-    fn.set_tracking(stream)
-"""
-
-LUA = """
-wrk.method = "POST"
-wrk.body = '{"inputs": [[1, 2, 3, 4], [5, 6, 7, 8]]}'
-wrk.headers["Content-Type"] = "application/json"
+fn = tracked_function({stream!r})
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (all its threads, librdkafka's included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+# ---- in-process -----------------------------------------------------------------------
 
 
-def measure(stream: str, seconds: int, connections: int, workdir: Path) -> tuple[float, float]:
-    """Requests/second, and the server's CPU microseconds per request."""
-    port = free_port()
-    env = {**os.environ, "BENCH_STREAM": stream, "MLSERVE_DATA_DIR": str(workdir / "data")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlserve", "serve", str(workdir / "fn.py"), "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def inproc_child(stream: str, duration: float, callers: int) -> dict[str, Any]:
+    """Run in a process of its own: ``callers`` threads call the mock server's ``test``
+    for ``duration`` seconds (after a warm-up); calls, seconds and process CPU seconds."""
+    from benchmarks.servers.tracking_model import tracked_function
+
+    server = tracked_function(stream).to_mock_server()
+    if server.test("/v2/models/m/infer", json.loads(BODY))["outputs"] != ANSWER:
+        raise RuntimeError("the mock server answered wrong")
+    counts = [0] * callers
+    stop = threading.Event()
+
+    def call(index: int) -> None:
+        body = json.loads(BODY)
+        while not stop.is_set():
+            server.test("/v2/models/m/infer", body)
+            counts[index] += 1
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(callers)]
+    for thread in threads:
+        thread.start()
+    time.sleep(min(1.0, duration / 2))  # warm-up
+    calls, cpu, start = sum(counts), time.process_time(), time.perf_counter()
+    sender = sender_cpu()
+    time.sleep(duration)
+    calls, cpu = sum(counts) - calls, time.process_time() - cpu
+    sender = sender_cpu() - sender
+    seconds = time.perf_counter() - start
+    stop.set()
+    for thread in threads:
+        thread.join()
+    server.wait_for_completion()  # flushes the stream
+    return {"calls": calls, "seconds": seconds, "cpu_s": cpu, "sender_s": sender}
+
+
+def sender_cpu() -> float:
+    """CPU seconds of the stream's sender thread so far (0 with tracking off): the part of
+    tracking's cost that other jobs on the machine move least."""
+    return sum(
+        time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        for thread in threading.enumerate()
+        if thread.name == "mlserve-stream-pusher" and thread.ident is not None
     )
-    try:
-        wait_for_port(port, timeout=60, proc=server)
+
+
+def measure_inproc(stream: str, args: argparse.Namespace) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.tracking", "--inproc-child", stream]
+    command += ["--duration", str(args.duration), "--callers", str(args.callers)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"in-process run failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {
+        "rps": result["calls"] / result["seconds"],
+        "cpu_us": result["cpu_s"] / result["calls"] * 1e6,
+        "sender_us": result["sender_s"] / result["calls"] * 1e6,
+    }
+
+
+# ---- HTTP -----------------------------------------------------------------------------
+
+
+def serve(stream: str) -> Callable[[int, Path], list[str]]:
+    """The command of ``mlserve serve`` on a function file with tracking to ``stream``."""
+
+    def command(port: int, workdir: Path) -> list[str]:
+        path = workdir / "tracked.py"
+        path.write_text(FUNCTION_FILE.format(stream=stream))
+        return [sys.executable, "-m", "mlserve", "serve", str(path), "--port", str(port)]
+
+    return command
+
+
+def check_answer(url: str) -> None:
+    request = urllib.request.Request(url, BODY, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        outputs = json.loads(answer.read())["outputs"]
+    if outputs != ANSWER:
+        raise RuntimeError(f"{url} answered {outputs}")
+
+
+def measure_http(stream: str, args: argparse.Namespace) -> dict[str, Any]:
+    with running(serve(stream), "tracking") as (port, pid, _):
         url = f"http://127.0.0.1:{port}/v2/models/m/infer"
-        wrk = ["wrk", "-t1", f"-c{connections}", "-s", str(workdir / "post.lua"), url]
-        subprocess.run([*wrk[:1], "-d2s", *wrk[1:]], capture_output=True, check=True)  # warm-up
-        cpu = cpu_seconds(server.pid)
-        out = subprocess.run(
-            [*wrk[:1], f"-d{seconds}s", *wrk[1:]], capture_output=True, text=True, check=True
-        ).stdout
-        cpu = cpu_seconds(server.pid) - cpu
-        rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-        total = re.search(r"(\d+) requests in", out)
-        if rate is None or total is None or "Non-2xx" in out:
-            raise RuntimeError(f"wrk failed:\n{out}")
-        return float(rate.group(1)), cpu * 1e6 / int(total.group(1))
-    finally:
-        server.terminate()
-        server.wait(30)
+        check_answer(url)
+        wrk(url, BODY, CONNECTIONS, args.warmup)
+        cpu = cpu_seconds(pid)
+        result = wrk(url, BODY, CONNECTIONS, args.duration)
+        result["cpu_us"] = (cpu_seconds(pid) - cpu) / result["requests"] * 1e6
+    if sum(result["errors"].values()):
+        raise RuntimeError(f"wrk counted errors: {result['errors']}")
+    return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=int, default=10)
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; median of each")
-    args = parser.parse_args()
-    broker = start_kafka()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            workdir = Path(tmp)
-            (workdir / "fn.py").write_text(FUNCTION)
-            (workdir / "post.lua").write_text(LUA)
-            configs = {
-                "off": "",
-                "file": str(workdir / "logs.jsonl"),
-                "kafka": f"kafka://{broker.url}?topic=bench",
-            }
-            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
-            for _ in range(args.rounds):
-                for name, stream in configs.items():
-                    runs[name].append(measure(stream, args.seconds, args.connections, workdir))
-                    time.sleep(1)
-    finally:
-        broker.stop()
-    report(runs)
+# ---- the run --------------------------------------------------------------------------
 
 
-def report(runs: dict[str, list[tuple[float, float]]]) -> None:
-    """Medians of throughput and of CPU per request; the CPU ratio moves less with other load."""
-    rates = {name: statistics.median(r for r, _ in each) for name, each in runs.items()}
-    cpus = {name: statistics.median(c for _, c in each) for name, each in runs.items()}
-    print(f"{'tracking':<10}{'req/s':>8}{'ratio':>7}{'cpu us/req':>12}{'cpu ratio':>11}   runs")
-    for name, each in runs.items():
-        listed = " ".join(f"{r:.0f}" for r, _ in each)
-        print(
-            f"{name:<10}{rates[name]:>8.0f}{rates[name] / rates['off']:>7.2f}"
-            f"{cpus[name]:>12.1f}{cpus['off'] / cpus[name]:>11.2f}   {listed}"
+def lines_in(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with path.open("rb") as file:
+        return sum(1 for _ in file)
+
+
+def measure(name: str, args: argparse.Namespace, broker: str) -> list[dict[str, Any]]:
+    """One point of each path for stream ``name``; a file stream is checked lossless."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-tracking-") as tmp:
+        file = Path(tmp) / "model-logs.jsonl"
+        stream = {"off": "", "file": str(file), "kafka": f"kafka://{broker}?topic=bench"}[name]
+        for path, run in (("in-process", measure_inproc), ("http", measure_http)):
+            before = lines_in(file)
+            result = run(stream, args)
+            logged = lines_in(file) - before
+            if name == "file" and path == "http" and logged < result["requests"]:
+                raise RuntimeError(f"{result['requests']} answered, {logged} records in the file")
+            progress(
+                f"tracking {path:10} {name:5} {result['rps']:8.0f} req/s "
+                f"{result['cpu_us']:6.1f} us CPU/request"
+                + (f" ({result['sender_us']:.1f} sender)" if "sender_us" in result else "")
+                + (f"  {logged} records" if name == "file" else "")
+            )
+            rows.append({"path": path, "stream": name, "rps": result["rps"], **result})
+    return rows
+
+
+Stats = dict[tuple[str, str], dict[str, float]]
+
+
+def medians(rows: list[dict[str, Any]]) -> Stats:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["path"], row["stream"]), []).append(row)
+    return {
+        key: median_of(group, *(k for k in ("rps", "cpu_us", "sender_us") if k in group[0]))
+        for key, group in sorted(groups.items(), key=lambda item: PATHS.index(item[0][0]))
+    }
+
+
+def table(stats: Stats, args: argparse.Namespace) -> str:
+    lines = [
+        "## Tracking: model monitoring on vs off",
+        "",
+        f"Command: `python -m benchmarks.tracking --duration {args.duration:g} --repeat "
+        f"{args.repeat}`. {machine()}; {args.duration:g} s per point after a {args.warmup:g} s "
+        f"warm-up, median of {args.repeat} alternating rounds (off, "
+        + ", ".join(s for s in args.streams if s != "off")
+        + f"). In-process: {args.callers} threads calling `server.test` on the mock server; "
+        f"HTTP: `mlserve serve`, wrk at {CONNECTIONS} connections. CPU: the measured "
+        "process, all threads (the stream's sender included); the sender thread's own CPU "
+        "is read in-process.",
+        "",
+        "| path | tracking | requests/s | on/off requests/s | CPU us/request | off/on CPU "
+        "| sender thread CPU us/request |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (path, stream), s in stats.items():
+        off = stats.get((path, "off"))
+        ratio = f"{s['rps'] / off['rps']:.2f}" if off else "-"
+        cpu = f"{off['cpu_us'] / s['cpu_us']:.2f}" if off else "-"
+        sender = f"{s['sender_us']:.1f}" if "sender_us" in s and stream != "off" else "-"
+        lines.append(
+            f"| {path} | {stream} | {s['rps']:,.0f} | {ratio} | {s['cpu_us']:.1f} | {cpu} "
+            f"| {sender} |"
         )
+    return "\n".join([*lines, "", goals(stats)])
+
+
+def goals(stats: Stats) -> str:
+    lines = [f"Goals (issue 15): tracking on (file stream) keeps at least {GOAL:.2f} of off:", ""]
+    for path in ("in-process", "http"):
+        on, off = stats.get((path, "file")), stats.get((path, "off"))
+        if not (on and off):
+            lines.append(f"- {path}: not evaluated (off and file were not both measured)")
+            continue
+        ratio, cpu = on["rps"] / off["rps"], off["cpu_us"] / on["cpu_us"]
+        lines.append(
+            f"- {path}, requests/s on/off: {ratio:.2f}, "
+            + ("met" if ratio >= GOAL else "not met")
+            + f" (CPU per request off/on: {cpu:.2f}, "
+            + ("met" if cpu >= GOAL else "not met")
+            + f"; {on['cpu_us'] - off['cpu_us']:+.1f} us CPU per request)"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per point")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load first (HTTP)")
+    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
+    parser.add_argument("--callers", type=int, default=8, help="in-process caller threads")
+    parser.add_argument("--streams", nargs="+", default=["off", "file", "kafka"])
+    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    parser.add_argument("--inproc-child", metavar="STREAM", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.inproc_child is not None:
+        print(json.dumps(inproc_child(args.inproc_child, args.duration, args.callers)))
+        return
+    exit_on_sigterm()
+    broker = None
+    if "kafka" in args.streams:
+        from tests.services import start_kafka
+
+        progress("tracking: starting a tansu Kafka broker")
+        broker = start_kafka()
+    rows: list[dict[str, Any]] = []
+    try:
+        for round_ in range(args.repeat):
+            progress(f"tracking: round {round_ + 1}/{args.repeat}")
+            for name in args.streams:
+                url = broker.url if broker else ""
+                rows += [{**row, "round": round_} for row in measure(name, args, url)]
+    finally:
+        if broker is not None:
+            broker.stop()
+    save_raw("tracking", {"args": vars(args), "runs": rows})
+    text = table(medians(rows), args)
+    print(text)
+    if not args.no_doc:
+        write_section("tracking", text)
 
 
 if __name__ == "__main__":

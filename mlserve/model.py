@@ -452,5 +452,7 @@ class V2ModelServer:
         if inputs is not None or outputs is not None:
             request = {"id": request.get("id"), "inputs": inputs or []}
             response = {"outputs": outputs or []}
-        metrics, self.metrics = self.metrics, {}
+        metrics = self.metrics or None  # no new dict per call when no metric was set
+        if metrics is not None:
+            self.metrics = {}
         self.model_logger.push(self, start, request, response, op, microsec, metrics)

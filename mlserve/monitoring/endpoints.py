@@ -83,7 +83,7 @@ class ModelEndpoint(BaseModel):
     status: EndpointStatus = Field(default_factory=EndpointStatus)
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestCounts:
     """Calls of one endpoint not yet written to the store."""
 
@@ -122,10 +122,13 @@ class EndpointRegistry:
                 counts = self._counts[uid] = RequestCounts(when, when)
                 if self._thread is None:
                     self._start_flusher()
-            counts.first = min(counts.first, when)
-            counts.last = max(counts.last, when)
+            elif when > counts.last:  # calls come mostly in order: one comparison
+                counts.last = when
+            elif when < counts.first:
+                counts.first = when
             counts.requests += 1
-            counts.errors += error
+            if error:
+                counts.errors += 1
 
     def _start_flusher(self) -> None:
         self._thread = threading.Thread(

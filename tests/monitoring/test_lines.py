@@ -1,0 +1,190 @@
+"""Records written as JSON lines (file and Kafka targets) without building them as dicts:
+the same bytes as the dict records, in call order, batched or not, and a stream that is
+down never fails a request."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mlserve
+from mlserve.monitoring import records as rec
+from mlserve.protocol.tensors import dumps
+from tests.monitoring.conftest import FailingModel, SumModel, wait_for
+
+ROWS = {"inputs": [[1, 2], [3, 4]]}
+
+
+class Model:
+    """The attributes a record takes from a model."""
+
+    def __init__(self, name: str, version: str = "", labels: dict[str, Any] | None = None):
+        self.name, self.version, self.labels = name, version, labels
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+TENSOR = {"name": "x", "shape": [2, 2], "datatype": "INT64", "data": [1, 2, 3, 4]}
+CALLS = [
+    (ROWS, {"id": "1", "outputs": [3, 7], "timestamp": "t"}, {}),
+    ({"id": "2", "inputs": [TENSOR]}, {"outputs": [{**TENSOR, "name": "y"}]}, None),
+    ({"inputs": [TENSOR, {**TENSOR, "name": "z"}]}, {"outputs": {"y": np.arange(4.0)}}, None),
+    ({"inputs": np.ones((2, 2))}, {"outputs": np.int64(3)}, {"acc": np.float32(0.5)}),
+    ("not a dict", None, {"n": 1}),
+    ({"no": "inputs"}, ["not", "a", "dict"], {}),
+]
+STARTS = [
+    datetime(2026, 11, 23, 12, 0, 0, 0, tzinfo=UTC),
+    datetime(2026, 11, 23, 12, 0, 0, 999999, tzinfo=UTC),
+    datetime(2026, 11, 23, 12, 0, 1, 5, tzinfo=UTC),
+    datetime(2026, 11, 23, 12, 0, 0, 7, tzinfo=UTC),  # back to a second seen before
+    datetime(2026, 11, 23, 14, 0, 0, 7, tzinfo=timezone(timedelta(hours=2))),
+    datetime(2026, 11, 23, 12, 0, 0, 7),  # naive
+]
+
+
+def test_a_line_is_the_dict_record_encoded_byte_for_byte() -> None:
+    for model in (Model("m"), Model("m", "v2", {"team": "a", "n": np.int32(1)})):
+        fields = rec.ModelFields(model, 3, "proj/fn")
+        for start in STARTS:
+            for request, response, metrics in CALLS:
+                call = (model, start, request, response, "infer", 12, metrics)
+                assert rec.success_line(fields, call) == dumps(rec.success_record(fields, call))
+
+
+@given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-5))])))
+def test_when_is_isoformat(start: datetime) -> None:
+    assert rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
+
+
+@given(st.lists(st.datetimes(min_value=datetime(2026, 1, 1)), min_size=2, max_size=20))
+def test_when_of_utc_starts_in_any_order_is_isoformat(starts: list[datetime]) -> None:
+    for start in (s.replace(tzinfo=UTC) for s in starts):
+        assert rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
+
+
+def test_file_records_hold_the_calls_in_order(tmp_path: Path, make_server: Any) -> None:
+    path = tmp_path / "logs.jsonl"
+    server = make_server(str(path), {"m1:v2": SumModel, "bad": FailingModel})
+    answers = [
+        server.test("/v2/models/m1/versions/v2/infer", {"id": f"r{i}", "inputs": [[i, 1]]})
+        for i in range(300)
+    ]
+    server.test("/v2/models/bad/infer", {"id": "e1", "inputs": [[1]]}, silent=True)
+    server.wait_for_completion()
+    records = lines_of(path)
+    assert [r["request"]["id"] for r in records] == [f"r{i}" for i in range(300)] + ["e1"]
+    for record, answer in zip(records, answers, strict=False):
+        assert list(record)[:6] == ["class", "worker", "model", "version", "host", "function_uri"]
+        assert (record["class"], record["model"], record["version"]) == ("SumModel", "m1", "v2")
+        assert record["resp"] == answer and record["when"] == answer["timestamp"]
+        assert set(record) == {*list(record)[:6], "request", "op", "resp", "when", "microsec"}
+    assert records[-1]["error"] == "no luck" and "resp" not in records[-1]
+
+
+def test_calls_from_many_threads_are_each_logged_once(tmp_path: Path, make_server: Any) -> None:
+    path = tmp_path / "logs.jsonl"
+    server = make_server(str(path))
+
+    def call(thread: int) -> None:
+        for i in range(200):
+            server.test("/v2/models/m1/infer", {"id": f"{thread}-{i}", "inputs": [[i]]})
+
+    threads = [threading.Thread(target=call, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    server.wait_for_completion()
+    ids = [r["request"]["id"] for r in lines_of(path)]
+    assert sorted(ids) == sorted(f"{t}-{i}" for t in range(8) for i in range(200))
+    for t in range(8):  # one caller's records keep its order
+        assert [i for i in ids if i.startswith(f"{t}-")] == [f"{t}-{i}" for i in range(200)]
+
+
+def test_a_partial_batch_goes_to_the_file_on_time_and_at_stop(
+    tmp_path: Path, make_server: Any
+) -> None:
+    path = tmp_path / "logs.jsonl"
+    server = make_server(str(path), batch=3, stream_args={"flush_after": 0.3})
+    for i in range(7):
+        server.test("/v2/models/m1/infer", {"id": f"r{i}", "inputs": [[i]]})
+    wait_for(lambda: path.exists() and len(path.read_bytes().splitlines()) == 3)  # on time
+    assert [len(r["values"]) for r in lines_of(path)] == [3, 3, 1]
+    server.test("/v2/models/m1/infer", {"id": "last", "inputs": [[9]]})
+    slow = make_server(str(tmp_path / "slow.jsonl"), batch=5, stream_args={"flush_after": 60})
+    slow.test("/v2/models/m1/infer", {"id": "s0", "inputs": [[1]]})
+    slow.test("/v2/models/m1/infer", {"id": "s1", "inputs": [[2]]})
+    server.wait_for_completion()
+    slow.wait_for_completion()  # at stop, long before flush_after
+    (record,) = lines_of(tmp_path / "slow.jsonl")
+    assert record["headers"] == list(rec.BATCH_HEADERS)
+    assert [row[0]["id"] for row in record["values"]] == ["s0", "s1"]
+    assert [row[0]["id"] for r in lines_of(path) for row in r["values"]][-1] == "last"
+
+
+def test_a_stream_that_is_down_never_fails_a_request(tmp_path: Path, make_server: Any) -> None:
+    """The file's folder is a regular file: every push fails, every request answers; once
+    the folder can be made, the records held meanwhile arrive, in order, none lost."""
+    blocker = tmp_path / "logs"
+    blocker.write_text("not a folder")
+    server = make_server(str(blocker / "model-logs.jsonl"))
+    for i in range(50):
+        answer = server.test("/v2/models/m1/infer", {"id": f"r{i}", "inputs": [[i, 1]]})
+        assert answer["outputs"] == [i + 1]
+    pusher = next(server.iter_models()).model_logger.pusher
+    wait_for(lambda: pusher.failed > 0)
+    assert pusher.sent == 0 and pusher.dropped == 0
+    blocker.unlink()
+    wait_for(lambda: pusher.sent == 50, timeout=30)
+    server.wait_for_completion()
+    ids = [r["request"]["id"] for r in lines_of(blocker / "model-logs.jsonl")]
+    assert ids == [f"r{i}" for i in range(50)]
+
+
+def test_set_metric_reaches_one_record_only(tmp_path: Path) -> None:
+    path = tmp_path / "logs.jsonl"
+    fn = mlserve.new_function("fn", project="proj")
+    fn.add_model("m1", class_name=SumModel, metric=True)
+    fn.add_model("m2", class_name=SumModel)
+    fn.set_tracking(str(path))
+    server = fn.to_mock_server()
+    try:
+        server.test("/v2/models/m1/infer", ROWS)
+        server.test("/v2/models/m2/infer", ROWS)
+        server.test("/v2/models/m1/infer", {"inputs": [[1]]})
+    finally:
+        server.wait_for_completion()
+    assert [r.get("metrics") for r in lines_of(path)] == [{"rows": 2}, None, {"rows": 1}]
+
+
+class OddMetricModel(SumModel):
+    """Sets a metric no JSON encoder can write, on its first call only."""
+
+    def predict(self, request: dict[str, Any]) -> Any:
+        if request.get("id") == "odd":
+            self.set_metric("odd", object())
+        return super().predict(request)
+
+
+def test_a_record_that_cannot_be_encoded_fails_no_request(
+    tmp_path: Path, make_server: Any, caplog: Any
+) -> None:
+    path = tmp_path / "logs.jsonl"
+    server = make_server(str(path), {"m1": OddMetricModel})
+    assert server.test("/v2/models/m1/infer", {"id": "odd", "inputs": [[1, 2]]})["outputs"] == [3]
+    assert server.test("/v2/models/m1/infer", {"id": "ok", "inputs": [[3, 4]]})["outputs"] == [7]
+    pusher = next(server.iter_models()).model_logger.pusher
+    server.wait_for_completion()
+    assert [r["request"]["id"] for r in lines_of(path)] == ["ok"]
+    assert (pusher.sent, pusher.dropped) == (1, 1)
+    assert any("cannot build a record" in r.getMessage() for r in caplog.records)
