@@ -27,6 +27,7 @@ from typing import Any
 from mlserve.batching import batching_runner
 from mlserve.context import GraphContext
 from mlserve.monitoring.recorder import model_recorder
+from mlserve.monitoring.records import when
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
 from mlserve.protocol.forms import (
     InferenceRequest,
@@ -444,7 +445,7 @@ class V2ModelServer:
         else:
             response["outputs"] = outputs
             if op != "explain":
-                response["timestamp"] = start.isoformat(sep=" ", timespec="microseconds")
+                response["timestamp"] = when(start)  # isoformat, its second's text cached
         return response
 
     def _log(self, start: datetime, microsec: int, request: Any, response: Any, op: str) -> None:
