@@ -26,6 +26,7 @@ STEPS = [
     "startup",
     "inprocess",
     "http_load",
+    "http_profile",
     "grpc_load",
     "tracking",
     "tf_batching",
@@ -37,7 +38,7 @@ QUICK = {
     "startup": ["--repeat", "1", "--serve-repeat", "1"],
     "inprocess": ["--repeat", "1", "--calls", "200"],
     "http_load": ["--duration", "1", "--warmup", "1", "--repeat", "1"],
-    "profile": ["--seconds", "2"],
+    "http_profile": ["--seconds", "2"],
     "grpc_load": ["--duration", "1", "--repeat", "1"],
     "tracking": ["--duration", "1", "--repeat", "1"],
     "tf_batching": ["--duration", "2", "--repeat", "1"],
@@ -75,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-_SECTION = re.compile(r"<!-- (\w+)-begin -->\n## ([^\n]+)\n(.*?)<!-- \1-end -->", re.S)
-_GOAL = re.compile(r"^- (.+): (.+), (met|not met)$", re.M)
+_SECTION = re.compile(r"<!-- ([\w-]+)-begin -->\n## ([^\n]+)\n(.*?)<!-- \1-end -->", re.S)
+_GOAL = re.compile(r"^- (.+): (.+), (met|not met)(?: \(.*\))?$", re.M)
 
 
 def goals_summary(doc: str) -> str:

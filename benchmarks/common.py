@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -113,7 +114,8 @@ def running(
     Ready is a 200 at ``ready_path``, or ``ready(port)`` returning true (gRPC-only servers).
     """
     port = free_port()
-    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
+    label = re.sub(r"[^\w.-]+", "-", name)  # a case name ("mlserve / off") as a folder name
+    with tempfile.TemporaryDirectory(prefix=f"bench-{label}-") as tmp:
         workdir = Path(tmp)
         log_path = workdir / "server.log"
         with log_path.open("wb") as log:

@@ -1,6 +1,6 @@
 """Where a request's time goes: py-spy samples a real ``mlserve serve`` under wrk.
 
-    python -m benchmarks.profile [--seconds 8] [--connections 8] [--form tensor] [--no-doc]
+    python -m benchmarks.http_profile [--seconds 8] [--connections 8] [--form tensor] [--no-doc]
 
 Samples (``py-spy record --gil``: only the thread that holds the GIL, the one doing
 Python work) are grouped by the layer of DESIGN.md they fall in, by the innermost
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         "## Where an HTTP request's time goes",
         "",
-        f"Command: `python -m benchmarks.profile --seconds {args.seconds} --connections "
+        f"Command: `python -m benchmarks.http_profile --seconds {args.seconds} --connections "
         f"{args.connections} --form {args.form}`. {machine()}. py-spy (`record --gil`, 250 Hz) "
         f"on `mlserve serve` of the echo model under `wrk -c{args.connections}` "
         f"({result['rps']:,.0f} requests/s with py-spy attached, {total} samples holding the GIL).",
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_doc:
-        write_section("profile", text)
+        write_section("http-profile", text)
 
 
 if __name__ == "__main__":
