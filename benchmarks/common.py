@@ -242,6 +242,16 @@ def wrk(
     return result
 
 
+def grouped(
+    rows: Sequence[dict[str, Any]], *fields: str
+) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """The rows by the values of ``fields`` (the rounds of one point), in first-seen order."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[field] for field in fields), []).append(row)
+    return groups
+
+
 def median_of(rows: Sequence[dict[str, Any]], *keys: str) -> dict[str, float]:
     return {key: statistics.median(row[key] for row in rows) for key in keys}
 

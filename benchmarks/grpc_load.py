@@ -39,6 +39,7 @@ from benchmarks.common import (
     ensure_env,
     exit_on_sigterm,
     free_port,
+    grouped,
     machine,
     median_of,
     progress,
@@ -47,6 +48,7 @@ from benchmarks.common import (
     version,
     write_section,
 )
+from benchmarks.http_load import mlserver_start
 
 MODEL = "echo"
 VALUES = [1.0, 2.0, 3.0, 4.0]
@@ -92,20 +94,7 @@ def _mlserve(port: int, workdir: Path) -> list[str]:
 
 
 def _mlserver(port: int, workdir: Path) -> list[str]:
-    (workdir / "mlserver_model.py").write_text((HERE / "servers" / "mlserver_model.py").read_text())
-    # One process: parallel_workers=0 runs inference in the server process (no IPC hop).
-    settings = {
-        "debug": False,
-        "host": "127.0.0.1",
-        "http_port": free_port(),
-        "grpc_port": port,
-        "metrics_port": free_port(),
-        "parallel_workers": 0,
-    }
-    (workdir / "settings.json").write_text(json.dumps(settings))
-    model = {"name": MODEL, "implementation": "mlserver_model.Echo"}
-    (workdir / "model-settings.json").write_text(json.dumps(model))
-    return [str(ENVS / "mlserver" / "bin" / "mlserver"), "start", str(workdir)]
+    return mlserver_start(workdir, http_port=free_port(), grpc_port=port)
 
 
 def _kserve(port: int, workdir: Path) -> list[str]:
@@ -318,9 +307,7 @@ _KEYS = ("rps", "p50_us", "p99_us", "cpu_us")
 def medians(rows: list[dict[str, Any]]) -> Stats:
     """Per (server, form, connections): the median over the rounds; by connections,
     then in the order measured."""
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["server"], row["form"], row["connections"]), []).append(row)
+    groups = grouped(rows, "server", "form", "connections")
     order = sorted(groups, key=lambda key: (key[2], list(groups).index(key)))
     return {key: {**median_of(groups[key], *_KEYS), "bad": _failed(groups[key])} for key in order}
 

@@ -30,6 +30,7 @@ from benchmarks.common import (
     ensure_env,
     exit_on_sigterm,
     free_port,
+    grouped,
     machine,
     median_of,
     progress,
@@ -51,6 +52,10 @@ class Form:
     body: bytes
     content_type: str = "application/json"
     headers: tuple[tuple[str, str], ...] = ()
+
+    def load(self, url: str, connections: int, duration: float) -> dict[str, Any]:
+        """wrk sending this form to ``url``."""
+        return wrk(url, self.body, connections, duration, self.content_type, dict(self.headers))
 
 
 def _binary() -> Form:
@@ -101,14 +106,15 @@ def _mlserve(port: int, workdir: Path) -> list[str]:
     return [sys.executable, "-m", "mlserve", "serve", model, "--port", str(port)]
 
 
-def _mlserver(port: int, workdir: Path) -> list[str]:
+def mlserver_start(workdir: Path, http_port: int, grpc_port: int) -> list[str]:
+    """``mlserver start`` of a folder serving the echo model on these ports. One process:
+    parallel_workers=0 runs inference in the server process (no IPC hop)."""
     (workdir / "mlserver_model.py").write_text((HERE / "servers" / "mlserver_model.py").read_text())
-    # One process: parallel_workers=0 runs inference in the server process (no IPC hop).
     settings = {
         "debug": False,
         "host": "127.0.0.1",
-        "http_port": port,
-        "grpc_port": free_port(),
+        "http_port": http_port,
+        "grpc_port": grpc_port,
         "metrics_port": free_port(),
         "parallel_workers": 0,
     }
@@ -116,6 +122,10 @@ def _mlserver(port: int, workdir: Path) -> list[str]:
     model = {"name": "echo", "implementation": "mlserver_model.Echo"}
     (workdir / "model-settings.json").write_text(json.dumps(model))
     return [str(ENVS / "mlserver" / "bin" / "mlserver"), "start", str(workdir)]
+
+
+def _mlserver(port: int, workdir: Path) -> list[str]:
+    return mlserver_start(workdir, http_port=port, grpc_port=free_port())
 
 
 def _kserve(port: int, workdir: Path) -> list[str]:
@@ -153,11 +163,10 @@ def measure(server: Server, args: argparse.Namespace) -> list[dict[str, Any]]:
         url = f"http://127.0.0.1:{port}{INFER_PATH}"
         for name, form in server.forms.items():
             check_answer(url, form)
-            load = {"content_type": form.content_type, "headers": dict(form.headers)}
-            wrk(url, form.body, 8, args.warmup, **load)
+            form.load(url, 8, args.warmup)
             for connections in args.connections:
                 cpu = cpu_seconds(pid)
-                result = wrk(url, form.body, connections, args.duration, **load)
+                result = form.load(url, connections, args.duration)
                 result["cpu_us"] = (cpu_seconds(pid) - cpu) / result["requests"] * 1e6
                 bad = sum(result["errors"].values())
                 progress(
@@ -176,9 +185,7 @@ Stats = dict[tuple[str, str, int], dict[str, float]]
 
 def medians(rows: list[dict[str, Any]]) -> Stats:
     """Per (server, form, connections): the median over the rounds."""
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["server"], row["form"], row["connections"]), []).append(row)
+    groups = grouped(rows, "server", "form", "connections")
     return {
         key: median_of(group, "rps", "p50_us", "p99_us", "cpu_us") for key, group in groups.items()
     }

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import http_load
-from benchmarks.common import machine, progress, running, write_section, wrk
+from benchmarks.common import machine, progress, running, write_section
 
 # The innermost mlserve module of a sample names its layer (first match wins).
 LAYERS = [
@@ -56,19 +56,18 @@ def main(argv: list[str] | None = None) -> None:
     form = {"tensor": http_load.TENSOR, "binary": http_load.BINARY, "rows": http_load.ROWS}[
         args.form
     ]
-    load = {"content_type": form.content_type, "headers": dict(form.headers)}
     with (
         running(http_load._mlserve, "profile") as (port, pid, _),
         tempfile.TemporaryDirectory() as tmp,
     ):
         url = f"http://127.0.0.1:{port}{http_load.INFER_PATH}"
-        wrk(url, form.body, args.connections, 2, **load)  # warm-up: the model's gate has learnt
+        form.load(url, args.connections, 2)  # warm-up: the model's gate has learnt
         raw = Path(tmp) / "samples.txt"
         record = [spy, "record", "--gil", "-r", "250", "-f", "raw", "-o", str(raw)]
         record += ["-d", str(args.seconds + 1), "--pid", str(pid)]
         progress(f"profile: py-spy on pid {pid}, wrk -c{args.connections} for {args.seconds} s")
         spying = subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        result = wrk(url, form.body, args.connections, args.seconds, **load)
+        result = form.load(url, args.connections, args.seconds)
         spying.wait(60)
         lines = raw.read_text().splitlines()
     layers: collections.Counter[str] = collections.Counter()

@@ -65,13 +65,6 @@ exec(compile(sys.argv[1], "<statement>", "exec"), {})
 print(len(sys.modules) - before, (time.perf_counter() - wall) * 1e3, (cpu() - spent) * 1e3)
 """
 
-_TF_MODEL = """
-import mlserve
-fn = mlserve.new_function("tf-start")
-fn.add_model("mlp", model_path={path!r},
-             class_name="mlserve.frameworks.tensorflow.TFModelServer")
-"""
-
 
 def probe(statement: str, path: Path) -> dict[str, float]:
     """One fresh interpreter running ``statement`` with ``path`` first on sys.path."""
@@ -102,15 +95,6 @@ def measure_imports(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def _tf_command(model: Path) -> Command:
-    def command(port: int, workdir: Path) -> list[str]:
-        target = workdir / "tf_model.py"
-        target.write_text(_TF_MODEL.format(path=str(model)))
-        return [sys.executable, "-m", "mlserve", "serve", str(target), "--port", str(port)]
-
-    return command
-
-
 def time_to_ready(name: str, command: Command) -> dict[str, float]:
     """Seconds from starting the server to its first 200 on /v2/health/ready, and its CPU."""
     start = time.monotonic()
@@ -131,9 +115,9 @@ def measure_serving(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.compare:
         servers["mlserve echo (before)"] = _older(_mlserve, str(Path(args.compare).resolve()))
     if not args.no_tf:
-        from benchmarks.tf_batching import save_model
+        from benchmarks.tf_batching import mlserve_command, save_model
 
-        servers["mlserve TF"] = _tf_command(save_model().parent)
+        servers["mlserve TF"] = mlserve_command(save_model(), batching=False)
     if not args.no_mlserver:
         ensure_env("mlserver")
         servers["MLServer echo"] = _mlserver

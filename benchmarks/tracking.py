@@ -37,6 +37,7 @@ from benchmarks.common import (
     ROOT,
     cpu_seconds,
     exit_on_sigterm,
+    grouped,
     machine,
     median_of,
     progress,
@@ -189,9 +190,7 @@ Stats = dict[tuple[str, str], dict[str, float]]
 
 
 def medians(rows: list[dict[str, Any]]) -> Stats:
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["path"], row["stream"]), []).append(row)
+    groups = grouped(rows, "path", "stream")
     return {
         key: median_of(group, *(k for k in ("rps", "cpu_us", "sender_us") if k in group[0]))
         for key, group in sorted(groups.items(), key=lambda item: PATHS.index(item[0][0]))

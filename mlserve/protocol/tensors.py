@@ -450,14 +450,13 @@ def _json_data(array: Array, datatype: str, name: str) -> list[Any]:
         return [_text(value, name) for value in array.ravel()]
     if array.size <= _SMALL:  # in Python: numpy's isfinite and all cost more than the values
         data = array.ravel().tolist()
-        if array.dtype.kind == "f" and not all(map(math.isfinite, data)):
-            return [_NON_FINITE.get(repr(value), value) for value in data]
-        return data
-    finite = array.dtype.kind != "f" or bool(np.isfinite(array).all())
-    if finite and array.size >= NUMPY_OUTPUT_SIZE and array.dtype.isnative:
-        # orjson writes a numpy array itself: no Python object per element (S13).
-        return np.ascontiguousarray(array.ravel())  # type: ignore[return-value]
-    data = array.ravel().tolist()
+        finite = array.dtype.kind != "f" or all(map(math.isfinite, data))
+    else:
+        finite = array.dtype.kind != "f" or bool(np.isfinite(array).all())
+        if finite and array.size >= NUMPY_OUTPUT_SIZE and array.dtype.isnative:
+            # orjson writes a numpy array itself: no Python object per element (S13).
+            return np.ascontiguousarray(array.ravel())  # type: ignore[return-value]
+        data = array.ravel().tolist()
     if not finite:
         return [_NON_FINITE.get(repr(value), value) for value in data]
     return data
