@@ -32,6 +32,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -49,11 +50,15 @@ DEFAULT_BATCH_TIME = 0.002
 _ENCODING_PARAMETERS = ("binary_data_output",)
 
 
-@dataclass
 class _Pending:
-    request: InferenceRequest
-    rows: int
-    future: asyncio.Future[Any]
+    """One waiting request: a slotted class, made once per request (cheaper than a dataclass)."""
+
+    __slots__ = ("future", "request", "rows")
+
+    def __init__(self, request: InferenceRequest, rows: int, future: asyncio.Future[Any]) -> None:
+        self.request = request
+        self.rows = rows
+        self.future = future
 
 
 @dataclass
@@ -65,25 +70,39 @@ class _Batch:
     timer: asyncio.TimerHandle | None = None
 
 
-def batch_key(request: InferenceRequest) -> tuple[Any, ...] | None:
-    """What requests must share to be merged; None when the request cannot be (no common rows)."""
+# The key's last part for a request with nothing but ``inputs`` (and ``id``): the bytes the
+# general case computes for no parameters and no other fields.
+_NO_EXTRAS = orjson.dumps([{}, {}], option=orjson.OPT_SORT_KEYS)
+
+
+def batch_key(request: InferenceRequest) -> tuple[tuple[Any, ...] | None, int]:
+    """What requests must share to be merged, and the request's rows; (None, 0) when it
+    cannot be merged (no common rows). The usual request (one tensor, no parameters or
+    requested outputs) takes no sort and no dump: this runs on the loop for each request."""
     tensors = request.tensors
-    leading = {array.shape[0] if array.ndim else None for array in tensors.values()}
-    if len(leading) != 1 or None in leading:
-        return None
-    shapes = tuple(
-        (name, array.dtype.str, array.shape[1:]) for name, array in sorted(tensors.items())
-    )
+    if len(tensors) == 1:
+        ((name, array),) = tensors.items()
+        if not array.ndim:
+            return None, 0
+        rows = array.shape[0]
+        shapes: tuple[Any, ...] = ((name, array.dtype, array.shape[1:]),)
+    else:
+        leading = {array.shape[0] if array.ndim else None for array in tensors.values()}
+        if len(leading) != 1 or None in leading:
+            return None, 0
+        rows = next(iter(leading))
+        shapes = tuple(
+            (name, array.dtype, array.shape[1:]) for name, array in sorted(tensors.items())
+        )
+    if len(request) == 1 or (len(request) == 2 and "id" in request):  # "inputs" (and "id") only
+        return (shapes, (), _NO_EXTRAS), rows
     outputs = tuple(str(o.get("name")) for o in request.get("outputs") or () if isinstance(o, dict))
     parameters = {
         k: v for k, v in (request.get("parameters") or {}).items() if k not in _ENCODING_PARAMETERS
     }
     rest = {k: v for k, v in request.items() if k not in ("inputs", "outputs", "parameters", "id")}
-    return (
-        shapes,
-        outputs,
-        orjson.dumps([parameters, rest], default=str, option=orjson.OPT_SORT_KEYS),
-    )
+    extras = orjson.dumps([parameters, rest], default=str, option=orjson.OPT_SORT_KEYS)
+    return (shapes, outputs, extras), rows
 
 
 def merge(items: list[_Pending]) -> InferenceRequest:
@@ -122,13 +141,12 @@ def _rows_of(name: str, value: Any, total: int) -> np.ndarray:
 def split(result: Any, counts: list[int]) -> list[Any]:
     """Cut a merged result back into one result per request, checking the row count."""
     total = sum(counts)
-    offsets = np.cumsum([0, *counts])
     if isinstance(result, dict):
-        arrays = {name: _rows_of(name, value, total) for name, value in result.items()}
-        return [
-            {name: array[offsets[i] : offsets[i + 1]] for name, array in arrays.items()}
-            for i in range(len(counts))
-        ]
+        names = list(result)
+        pieces = [_pieces(_rows_of(name, result[name], total), counts) for name in names]
+        if len(names) == 1:
+            return [{names[0]: piece} for piece in pieces[0]]
+        return [dict(zip(names, parts, strict=True)) for parts in zip(*pieces, strict=True)]
     if (
         isinstance(result, list)
         and result
@@ -137,8 +155,15 @@ def split(result: Any, counts: list[int]) -> list[Any]:
         raise ModelError(
             "a batched predict must return an array or a dict of arrays, not tensor objects"
         )
-    array = _rows_of("output-0", result, total)
-    return [array[offsets[i] : offsets[i + 1]] for i in range(len(counts))]
+    return _pieces(_rows_of("output-0", result, total), counts)
+
+
+def _pieces(array: np.ndarray, counts: list[int]) -> list[np.ndarray]:
+    """``array`` cut into consecutive views of ``counts`` rows."""
+    if counts.count(1) == len(counts):  # one row each, the usual case: numpy iterates
+        return list(array[:, np.newaxis])
+    bounds = list(accumulate(counts, initial=0))
+    return [array[start:end] for start, end in zip(bounds, bounds[1:], strict=False)]
 
 
 class Batcher:
@@ -172,8 +197,7 @@ class Batcher:
 
     async def submit(self, request: InferenceRequest) -> Any:
         """The result of ``predict`` for ``request``'s rows (run merged with others)."""
-        key = batch_key(request)
-        rows = next(iter(request.tensors.values())).shape[0] if key is not None else 0
+        key, rows = batch_key(request)
         if key is None or rows > self.max_batch_size:
             return await self._run_alone(request)
         if self._queued >= self.max_queue_size:
@@ -181,10 +205,11 @@ class Batcher:
                 f"the batching queue is full ({self.max_queue_size} requests waiting)"
             )
         loop = asyncio.get_running_loop()
-        pending = _Pending(request, rows, loop.create_future())
-        self._join(loop, key, pending)
-        self._start_due(loop)
-        return await pending.future
+        future = loop.create_future()
+        self._join(loop, key, _Pending(request, rows, future))
+        if self._running < self.num_batch_threads:  # else the running batch's end starts it
+            self._start_due(loop)
+        return await future
 
     def _join(self, loop: asyncio.AbstractEventLoop, key: Any, pending: _Pending) -> None:
         batch = self._open.get(key)

@@ -185,3 +185,32 @@ def test_full_batches_split_at_max_batch_size() -> None:
     assert model.calls == [1, 4, 4, 1]
     for i, answer in enumerate(answers):
         np.testing.assert_allclose(outputs_of(answer)["y"], [[2 * i, 2 * i]])
+
+
+def test_an_id_and_empty_extras_do_not_keep_requests_apart() -> None:
+    server, model = serve(GatedDoubler)
+    x = np.ones((1, 2), np.float32)
+    extras: list[dict[str, Any]] = [
+        {},
+        {"id": "a"},
+        {"parameters": {}},
+        {"outputs": []},
+        {"parameters": {"binary_data_output": False}, "id": "b"},
+    ]
+    bodies = [{"inputs": [tensor(x * i)], **extra} for i, extra in enumerate([{}, *extras])]
+    answers = run_gated(server, model, "/v2/models/m/infer", bodies)
+    assert model.calls == [1, len(extras)]  # the gated one, then one merged call
+    for i, answer in enumerate(answers):
+        np.testing.assert_allclose(outputs_of(answer)["y"], x * i * 2)
+
+
+def test_requests_of_zero_rows_get_empty_answers() -> None:
+    server, model = serve(GatedDoubler)
+    sizes = [1, 0, 2, 1]  # 3 rows in 3 requests, not one each
+    bodies = [{"inputs": [tensor(np.full((n, 2), i, np.float32))]} for i, n in enumerate(sizes)]
+    answers = run_gated(server, model, "/v2/models/m/infer", bodies)
+    assert model.calls == [1, 3]
+    for i, (rows, answer) in enumerate(zip(sizes, answers, strict=True)):
+        got = outputs_of(answer)
+        assert got["y"].shape == (rows, 2) and got["s"].shape == (rows,)
+        np.testing.assert_allclose(got["y"], np.full((rows, 2), 2 * i))

@@ -37,6 +37,8 @@ from mlserve.protocol.forms import InferenceRequest, check_declared_inputs
 __all__ = ["TFModelServer", "readable_tf_error", "resolve_saved_model", "signature_name_of"]
 
 DEFAULT_SIGNATURE = "serving_default"
+# Input layouts (signature, names, dtypes, shapes) remembered as valid, at most.
+_MAX_ACCEPTED_LAYOUTS = 256
 
 # tf.DType.name -> V2 datatype
 TF_DATATYPES = {
@@ -198,6 +200,7 @@ class TFModelServer(V2ModelServer):
         self.model = tf.saved_model.load(str(self.saved_model_dir))
         self.signatures = {name: Signature(name, fn) for name, fn in self.model.signatures.items()}
         self.signature_name = str(self.get_param("signature_name", DEFAULT_SIGNATURE))
+        self._accepted_layouts: set[tuple[Any, ...]] = set()  # see validate
         default = self.signature(self.signature_name)
         self.inputs, self.outputs = default.inputs, default.outputs
         run_warmup(self, self.saved_model_dir)
@@ -212,10 +215,18 @@ class TFModelServer(V2ModelServer):
             ) from None
 
     def validate(self, request: dict[str, Any], operation: str) -> dict[str, Any]:
-        """Check tensors against the requested signature (not only the default one)."""
+        """Check tensors against the requested signature (not only the default one).
+
+        The check reads only names, dtypes and shapes, so a layout that passed once
+        is remembered: a batched model validates each request on the event loop."""
         if isinstance(request, InferenceRequest):
-            signature = self.signature(signature_name_of(request, self.signature_name))
-            check_declared_inputs(request.tensors, signature.inputs)
+            name = signature_name_of(request, self.signature_name)
+            layout = (name, *[(n, a.dtype, a.shape) for n, a in request.tensors.items()])
+            accepted = self._accepted_layouts
+            if layout not in accepted:
+                check_declared_inputs(request.tensors, self.signature(name).inputs)
+                if len(accepted) < _MAX_ACCEPTED_LAYOUTS:
+                    accepted.add(layout)
             return request
         return super().validate(request, operation)
 

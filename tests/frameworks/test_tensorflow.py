@@ -123,6 +123,22 @@ def test_unknown_signature_and_missing_input_are_400(server) -> None:
     assert response.status_code == 400 and "missing input 'b'" in response.body["error"]
 
 
+def test_a_layout_that_passed_is_still_checked_per_signature_and_dtype(server) -> None:
+    body = _concat_body("parameters")
+    for _ in range(2):  # the second one finds its layout remembered
+        (out,) = server.test("/v2/models/strings/infer", body)["outputs"]
+        assert out["data"] == ["hello world", "abcd"]
+    body["parameters"] = {}  # the same tensors, to the default signature (x: FP32 [-1, 2])
+    response = server.test("/v2/models/strings/infer", body, silent=True)
+    assert response.status_code == 400 and "missing input 'x'" in response.body["error"]
+    x = {"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}
+    assert server.test("/v2/models/strings/infer", {"inputs": [x]})["outputs"]
+    response = server.test(
+        "/v2/models/strings/infer", {"inputs": [{**x, "datatype": "FP64"}]}, silent=True
+    )
+    assert response.status_code == 400 and "datatype FP64, expected FP32" in response.body["error"]
+
+
 def test_signature_name_parameter_sets_metadata(models: TFModels) -> None:
     fn = mlserve.new_function("tf")
     fn.add_model(
