@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -163,6 +164,8 @@ class _Handoff:
     async def _run(self) -> None:
         try:
             self._result = await self._coro
+        except asyncio.CancelledError:  # what run_coroutine_threadsafe's caller gets
+            self._error = concurrent.futures.CancelledError()
         except BaseException as exc:  # handed to the waiting thread, as a Future would
             self._error = exc
         finally:
