@@ -172,7 +172,7 @@ class InlineRule:
     """Whether sync user code runs on the event loop: measured, then demoted for good.
 
     A model's (ModelGate) or a sync flow step's first calls run on threads and are
-    timed (``timed``); once their median CPU time is under ``inline_ns`` and none
+    timed (``threaded``); once their median CPU time is under ``inline_ns`` and none
     waited, ``inline`` turns on and its calls run on the loop (``run_inline``). The
     first inline call that takes ``STALL_FACTOR`` times the bound, computing or
     waiting, turns it off for good. Time the process spent collecting garbage
