@@ -84,8 +84,7 @@ class SyncStepCall:
         rule = self.rule
         if rule is None:
             inline_ns = int(limits_of(self.context).inline_predict_us * 1000)
-            rule = self.rule = InlineRule(inline_ns, self.name)
-            rule.what = "step"
+            rule = self.rule = InlineRule(inline_ns, self.name, what="step")
         if rule.inline:
             return rule.run_inline(self.fn, event)  # type: ignore[no-any-return]
         return await run_in_threadpool(rule.threaded(partial(self.fn, event)))  # type: ignore[no-any-return]

@@ -181,10 +181,11 @@ class InlineRule:
 
     what = "model"  # for the log
 
-    def __init__(self, inline_ns: int = 0, name: str = "") -> None:
+    def __init__(self, inline_ns: int = 0, name: str = "", what: str = "model") -> None:
         self.inline_ns = inline_ns  # 0: never inline
         self.inline = False
         self.name = name
+        self.what = what
         self._learnt = False
         self._samples: list[tuple[int, int]] = []
 
