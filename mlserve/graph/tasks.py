@@ -17,8 +17,9 @@ from mlserve.graph.classes import resolve_class
 from mlserve.protocol.paths import get_path, set_path
 from mlserve.server.aio import run_in_threadpool
 from mlserve.server.events import Event
+from mlserve.server.limits import InlineRule, limits_of
 
-__all__ = ["StepCalls", "resolve_handler", "step_calls"]
+__all__ = ["StepCalls", "SyncStepCall", "resolve_handler", "step_calls"]
 
 SyncCall = Callable[[Event], Event]
 AsyncCall = Callable[[Event], Awaitable[Event]]
@@ -51,7 +52,7 @@ def step_calls(step: Any, obj: Any, namespace: dict[str, Any] | None, context: A
         async_call = (
             obj.do_event_async
             if hasattr(obj, "do_event_async")
-            else partial(run_in_threadpool, obj.do_event)
+            else SyncStepCall(obj.do_event, context, step.name)
         )
         return obj.do_event, async_call
     fn = _function_of(step, obj, namespace)
@@ -60,7 +61,33 @@ def step_calls(step: Any, obj: Any, namespace: dict[str, Any] | None, context: A
     body_call = BodyCall(fn, bool(step.full_event), step.input_path, step.result_path)
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)):
         return body_call.run_blocking, body_call.run_async
-    return body_call.run, partial(run_in_threadpool, body_call.run)
+    return body_call.run, SyncStepCall(body_call.run, context, step.name)
+
+
+class SyncStepCall:
+    """A sync step's call from the event loop: in the worker pool, never on the
+    loop (S10), until its calls have shown that the hop costs more than they do.
+
+    The rule is a light model's (``InlineRule``, bounded by ``--inline-predict-us``):
+    its first calls are timed on threads; when their median CPU time is under the
+    bound and none waited, later calls run on the loop, and the first that turns
+    slow sends the step back to threads for good.
+    """
+
+    def __init__(self, fn: SyncCall, context: Any, name: str | None) -> None:
+        self.fn = fn
+        self.context = context
+        self.name = name or ""
+        self.rule: InlineRule | None = None
+
+    async def __call__(self, event: Event) -> Event:
+        rule = self.rule
+        if rule is None:
+            inline_ns = int(limits_of(self.context).inline_predict_us * 1000)
+            rule = self.rule = InlineRule(inline_ns, self.name, what="step")
+        if rule.inline:
+            return rule.run_inline(self.fn, event)  # type: ignore[no-any-return]
+        return await run_in_threadpool(rule.threaded(partial(self.fn, event)))  # type: ignore[no-any-return]
 
 
 def _storey_only(step: Any, obj: Any) -> StepCalls:

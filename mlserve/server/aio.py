@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -136,6 +137,52 @@ async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
+class _Handoff:
+    """One coroutine run on the background loop for a waiting thread.
+
+    Cheaper than ``run_coroutine_threadsafe``: no concurrent Future (its Condition
+    and a new lock per wait), no callbacks chaining it to the task's Future, and no
+    turn of the loop for the task's done-callbacks: the task's coroutine releases
+    the caller's lock itself as it ends.
+    """
+
+    __slots__ = ("_coro", "_done", "_error", "_result", "_task")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self._coro = coro
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """On the loop: the task that runs the coroutine (in the caller's context),
+        held here while the caller waits."""
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            self._result = await self._coro
+        except asyncio.CancelledError:  # what run_coroutine_threadsafe's caller gets
+            self._error = concurrent.futures.CancelledError()
+        except BaseException as exc:  # handed to the waiting thread, as a Future would
+            self._error = exc
+        finally:
+            self._done.release()
+
+    def wait(self, timeout: float | None) -> Any:
+        if not self._done.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"no answer from the event loop in {timeout:g} s")
+        error, self._error = self._error, None
+        if error is not None:
+            try:
+                raise error
+            finally:
+                del error  # no cycle through the traceback's frames
+        return self._result
+
+
 class BackgroundLoop:
     """An event loop on a daemon thread, for sync callers (scripts, notebooks)."""
 
@@ -155,7 +202,11 @@ class BackgroundLoop:
             return self._loop
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        """Run ``coro`` on the loop; this thread waits for its result (TimeoutError
+        after ``timeout`` seconds, the coroutine going on)."""
+        call = _Handoff(coro)
+        self.loop.call_soon_threadsafe(call.start)
+        return call.wait(timeout)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         with self._lock:

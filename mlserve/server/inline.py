@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from functools import partial
 from typing import Any, TypeVar
 
-from mlserve.server.aio import run_in_threadpool
 from mlserve.server.events import Event
 
 __all__ = ["graph_runs_inline", "handlers_run_inline", "model_runs_inline", "suspends_for"]
@@ -107,10 +105,12 @@ def _router_runs_inline(router: Any) -> bool:
 
 
 def _task_runs_inline(step: Any) -> bool:
+    from mlserve.graph.tasks import SyncStepCall
+
     obj, call = step.object, step._call
     if hasattr(obj, "_outlets"):
         return False  # a storey step: the async engine wires it into storey itself
-    if isinstance(call, partial) and call.func is run_in_threadpool:
+    if isinstance(call, SyncStepCall):
         return True  # a sync handler, do() or do_event() without an async twin
     return (
         obj is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import resource
@@ -143,8 +144,125 @@ LEARN_CALLS = 32
 STALL_FACTOR = 50
 
 
+class _GcClock:
+    """Nanoseconds the process has spent in garbage collections, on any thread: a
+    full collection (tens of ms in a big process) is nobody's call's doing."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._started = 0
+        self.installed = False
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter_ns()
+        else:
+            self.total += time.perf_counter_ns() - self._started
+
+    def install(self) -> None:
+        if not self.installed:
+            self.installed = True
+            gc.callbacks.append(self)
+
+
+_gc_clock = _GcClock()
+
+
+class InlineRule:
+    """Whether sync user code runs on the event loop: measured, then demoted for good.
+
+    A model's (ModelGate) or a sync flow step's first calls run on threads and are
+    timed (``threaded``); once their median CPU time is under ``inline_ns`` and none
+    waited, ``inline`` turns on and its calls run on the loop (``run_inline``). The
+    first inline call that takes ``STALL_FACTOR`` times the bound, computing or
+    waiting, turns it off for good. Time the process spent collecting garbage
+    meanwhile is not counted: a full collection would make any call look slow.
+    """
+
+    what = "model"  # for the log
+
+    def __init__(self, inline_ns: int = 0, name: str = "", what: str = "model") -> None:
+        self.inline_ns = inline_ns  # 0: never inline
+        self.inline = False
+        self.name = name
+        self.what = what
+        self._learnt = False
+        self._samples: list[tuple[int, int]] = []
+
+    def run_inline(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run sync ``fn(*args)`` here, on the loop (only while ``inline``), as on a
+        thread: with no running loop in sight (so ``asyncio.run`` works as there)."""
+        before = resource.getrusage(resource.RUSAGE_THREAD)
+        loop = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(None)
+        collected = _gc_clock.total
+        start = time.perf_counter_ns()
+        try:
+            return fn(*args)
+        finally:
+            took = time.perf_counter_ns() - start
+            asyncio.events._set_running_loop(loop)
+            if took > self.inline_ns * STALL_FACTOR:
+                collected = _gc_clock.total - collected
+                if took - collected > self.inline_ns * STALL_FACTOR:
+                    self._stalled(took - collected, before, collected)
+
+    def _stalled(self, took: int, before: Any, collected: int) -> None:
+        """A long call on the loop: if the code made it long (it computed, or it
+        blocked: I/O, a sleep, a lock), it goes back to threads for good; if the
+        machine did (another process had the core), it stays."""
+        after = resource.getrusage(resource.RUSAGE_THREAD)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        blocked = after.ru_nvcsw > before.ru_nvcsw  # voluntary switches: it waited
+        if cpu * 1e9 - collected <= self.inline_ns * STALL_FACTOR and not blocked:
+            return
+        self.inline = False
+        self.inline_ns = 0  # never again
+        logger.info(
+            "%s %s: a call took %.1f ms on the event loop: it runs on threads from now on",
+            self.what,
+            self.name,
+            took / 1e6,
+        )
+
+    def threaded(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        """What a thread runs for ``call``: ``call``, timed while the rule learns."""
+        return partial(self._timed, call) if self.inline_ns and not self._learnt else call
+
+    def _timed(self, call: Callable[[], Any]) -> Any:
+        """``call()`` on a thread, timed while the rule learns.
+
+        CPU time says what a call costs; wall time also counts its waits: on I/O or
+        a lock (which must not hold the loop) and for the GIL (long while the loop
+        is busy): the least a call waited tells the first kind from the second.
+        """
+        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        try:
+            return call()
+        finally:
+            cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
+            samples = self._samples
+            samples.append((cpu, wall - cpu))
+            if len(samples) >= WARM_CALLS + LEARN_CALLS and not self._learnt:
+                self._learnt = True
+                learnt = samples[WARM_CALLS : WARM_CALLS + LEARN_CALLS]
+                cpu = statistics.median(c for c, _ in learnt)
+                waited = min(w for _, w in learnt)
+                self.inline = cpu <= self.inline_ns and waited <= self.inline_ns
+                if self.inline:
+                    _gc_clock.install()
+                logger.info(
+                    "%s %s: a call takes %.0f us of CPU (median), waits %.0f us or more: %s",
+                    self.what,
+                    self.name,
+                    cpu / 1000,
+                    waited / 1000,
+                    "it runs on the event loop" if self.inline else "it stays on threads",
+                )
+
+
 @dataclass
-class ModelGate:
+class ModelGate(InlineRule):
     """One model's concurrency budget: its own worker threads (sync predict) or a
     semaphore (async predict), and a bounded queue.
 
@@ -180,68 +298,9 @@ class ModelGate:
         """
         self._admit()
         loop = asyncio.get_running_loop()
-        call = partial(fn, *args)
-        if self.inline_ns and not self._learnt:
-            call = partial(self._timed, call)
-        future = self._pool.submit(loop, call)
+        future = self._pool.submit(loop, self.threaded(partial(fn, *args)))
         future.add_done_callback(self._release)
         return await asyncio.shield(future)
-
-    def run_inline(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run sync ``fn(*args)`` here, on the loop (only while ``inline``)."""
-        before = resource.getrusage(resource.RUSAGE_THREAD)
-        start = time.perf_counter_ns()
-        try:
-            return fn(*args)
-        finally:
-            took = time.perf_counter_ns() - start
-            if took > self.inline_ns * STALL_FACTOR:
-                self._stalled(took, before)
-
-    def _stalled(self, took: int, before: Any) -> None:
-        """A long call on the loop: if the model made it long (it computed, or it
-        blocked: I/O, a sleep, a lock), the model goes back to its threads for
-        good; if the machine did (another process had the core), it stays."""
-        after = resource.getrusage(resource.RUSAGE_THREAD)
-        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-        blocked = after.ru_nvcsw > before.ru_nvcsw  # voluntary switches: it waited
-        if cpu * 1e9 <= self.inline_ns * STALL_FACTOR and not blocked:
-            return
-        self.inline = False
-        self.inline_ns = 0  # never again
-        logger.info(
-            "model %s: a call took %.1f ms on the event loop: it runs on its threads from now on",
-            self.name,
-            took / 1e6,
-        )
-
-    def _timed(self, call: Callable[[], Any]) -> Any:
-        """``call()`` on a model thread, timed while the gate learns.
-
-        CPU time says what a call costs; wall time also counts its waits: on I/O or
-        a lock (which must not hold the loop) and for the GIL (long while the loop
-        is busy): the least a call waited tells the first kind from the second.
-        """
-        wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
-        try:
-            return call()
-        finally:
-            cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
-            samples = self._samples
-            samples.append((cpu, wall - cpu))
-            if len(samples) >= WARM_CALLS + LEARN_CALLS and not self._learnt:
-                self._learnt = True
-                learnt = samples[WARM_CALLS : WARM_CALLS + LEARN_CALLS]
-                cpu = statistics.median(c for c, _ in learnt)
-                waited = min(w for _, w in learnt)
-                self.inline = cpu <= self.inline_ns and waited <= self.inline_ns
-                logger.info(
-                    "model %s: a call takes %.0f us of CPU (median), waits %.0f us or more: %s",
-                    self.name,
-                    cpu / 1000,
-                    waited / 1000,
-                    "it runs on the event loop" if self.inline else "it stays on its threads",
-                )
 
     async def run_async(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Await an async model's call: at most ``concurrency`` at once, ``queue`` waiting,

@@ -6,6 +6,7 @@ The calls go through ``do_event_async`` on an event loop, as the HTTP and gRPC f
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import mlserve
 from mlserve import V2ModelServer
 from mlserve.server.events import Event
-from mlserve.server.limits import LEARN_CALLS, WARM_CALLS, ServerLimits
+from mlserve.server.limits import LEARN_CALLS, STALL_FACTOR, WARM_CALLS, ServerLimits
 
 LEARNING = WARM_CALLS + LEARN_CALLS
 
@@ -109,3 +110,44 @@ def test_an_inline_model_answers_errors_as_on_its_threads() -> None:
     assert _threads(server, 0.0) == [threading.current_thread().name]
     answer = server.test("/v2/models/where/infer", {"inputs": [-1]}, silent=True)
     assert answer.status_code == 500
+
+
+class _Collects(V2ModelServer):
+    """Collects garbage when asked, and answers how long that took (ms) and its thread."""
+
+    def load(self) -> None:
+        pass
+
+    def predict(self, request: dict[str, Any]) -> Any:
+        took = 0.0
+        if request["inputs"][0]:
+            started = time.perf_counter()
+            gc.collect()
+            took = (time.perf_counter() - started) * 1000
+        return [took, threading.current_thread().name]
+
+
+def test_a_garbage_collection_during_an_inline_predict_is_not_held_against_the_model() -> None:
+    fn = mlserve.new_function("collects")
+    fn.add_model("collects", class_name=_Collects)
+    server = fn.to_mock_server()
+    server.limits = ServerLimits.from_env({}, inline_predict_us=150)  # a stall is 7.5 ms
+    model = next(server.iter_models())
+    junk = [[] for _ in range(500_000)]  # a full collection walks them all: tens of ms
+
+    async def call(collect: int) -> list[Any]:
+        event = Event(body={"inputs": [collect]}, path="infer", trigger="http")
+        return list((await model.do_event_async(event)).body["outputs"])
+
+    async def calls() -> list[Any]:
+        for _ in range(LEARNING):
+            await call(0)
+        return [await call(1), await call(0)]
+
+    try:
+        (took, collected_on), (_, then_on) = asyncio.run(calls())
+    finally:
+        del junk
+    assert took > 150 * STALL_FACTOR / 1000  # past the stall bound
+    assert collected_on == then_on == threading.current_thread().name
+    assert _gate(server).inline
