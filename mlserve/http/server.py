@@ -28,7 +28,12 @@ from mlserve.http import gate
 from mlserve.http.settings import FaceSettings
 from mlserve.protocol.errors import MLServeError
 from mlserve.server.events import Event, Response, Trigger
-from mlserve.server.graph_server import GraphServer, encode_response, encode_response_async
+from mlserve.server.graph_server import (
+    GraphServer,
+    encode_response,
+    encode_response_async,
+    encodes_off_loop,
+)
 
 __all__ = ["HTTPServer", "KEEP_ALIVE_SECONDS"]
 
@@ -294,8 +299,14 @@ class HTTPProtocol(asyncio.Protocol):
                 )
             except MLServeError as exc:
                 return encode_response(self.server.error_response(exc))
-        response = await encode_response_async(await self.server.run_async(event))
-        return await gate.compress_async(response, headers.get("accept-encoding", ""))
+        response = await self.server.run_async(event)
+        if encodes_off_loop(response):
+            response = await encode_response_async(response)
+        else:
+            response = encode_response(response)
+        if "accept-encoding" not in headers:
+            return response
+        return await gate.compress_async(response, headers["accept-encoding"])
 
     def _finish(self, data: bytes, keep_alive: bool) -> None:
         if self.lost:

@@ -122,7 +122,9 @@ def _check_shape(shape: Any, name: str) -> list[int]:
     if not isinstance(shape, list | tuple):
         raise InvalidInput(_where(name, f"shape must be a list of integers, got {shape!r}"))
     for dim in shape:
-        if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 0:
+        if type(dim) is not int and (isinstance(dim, bool) or not isinstance(dim, np.integer)):
+            raise InvalidInput(_where(name, f"shape {shape!r} must hold non-negative integers"))
+        if dim < 0:
             raise InvalidInput(_where(name, f"shape {shape!r} must hold non-negative integers"))
     return [int(dim) for dim in shape]
 
@@ -235,7 +237,10 @@ _FLOAT_MAX = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float
 def _fits(array: Array, dtype: np.dtype[Any]) -> bool:
     """All values finite-safe for ``dtype``: no overflow warning from the cast."""
     high = _FLOAT_MAX[dtype]
-    return all(-high <= value <= high for value in array.ravel().tolist())
+    values = array.ravel().tolist()
+    # max and min, not a generator over the values: a NaN that comes first makes the
+    # comparison False (the checked cast then runs); one that comes later is skipped.
+    return not values or (max(values) <= high and min(values) >= -high)
 
 
 def _to_float(array: Array, datatype: str, name: str) -> Array:
