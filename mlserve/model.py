@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mlserve.batching import batching_runner
 from mlserve.context import GraphContext
 from mlserve.monitoring.recorder import ModelRecorder, model_recorder
@@ -52,7 +54,7 @@ DEFAULT_LOAD_WAIT_SECONDS = 300.0
 
 # What a hook usually returns: no need to ask whether it must be awaited
 # (inspect.isawaitable costs an abstract-class check, ~1 us).
-_PLAIN = frozenset({list, dict, tuple, str, int, float, bool, type(None)})
+_PLAIN = frozenset({list, dict, tuple, str, int, float, bool, type(None), np.ndarray})
 
 
 class _SyncRunner:
@@ -343,6 +345,9 @@ class V2ModelServer:
     async def do_event_async(self, event: Event) -> Event:
         """Handle one event from the loop: sync models run in the pool in one hop,
         batched models (mlserve.batching) dispatch on the loop and predict in the pool."""
+        gate = getattr(self, "_gate", None)
+        if gate is not None and gate.inline and self.ready:  # a sync model proven cheap (ModelGate)
+            return gate.run_inline(self.do_event, event)  # type: ignore[no-any-return]
         # Its own threads (or slots) and bounded queue: a slow model never starves another,
         # and a request's deadline holds on every route to a model (V2, TF Serving) (S13).
         limits = limits_of(self.context)
@@ -352,10 +357,7 @@ class V2ModelServer:
             batched = batching_runner(self)
             if batched is not None:
                 return await self._dispatch(event, batched)
-            gate = gate_of(self, limits)
-            if gate.inline and self.ready:  # proven cheaper than a hop (ModelGate)
-                return gate.run_inline(self.do_event, event)
-            call = gate.run(self.do_event, event)
+            call = gate_of(self, limits).run(self.do_event, event)
         return await with_timeout(call, request_timeout(limits, event))  # type: ignore[no-any-return]
 
     async def _dispatch(self, event: Event, runner: Any) -> Event:

@@ -218,7 +218,9 @@ def build_outputs(
 ) -> list[dict[str, Any]]:
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
-    if is_tensor_inputs(result):
+    if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
+        tensors = {default_name: result}
+    elif is_tensor_inputs(result):
         tensors = {str(obj["name"]): obj for obj in result}
     elif isinstance(result, Mapping):
         tensors = {str(name): value for name, value in result.items()}

@@ -119,6 +119,12 @@ def datatype_of(array: Array) -> str:
 
 def _check_shape(shape: Any, name: str) -> list[int]:
     """Shapes come from JSON: a list of non-negative ints, bools excluded."""
+    if type(shape) is list:  # as JSON gives it: checked in one pass, kept as is (never mutated)
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                break
+        else:
+            return shape
     if not isinstance(shape, list | tuple):
         raise InvalidInput(_where(name, f"shape must be a list of integers, got {shape!r}"))
     for dim in shape:
