@@ -24,9 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mlserve.batching import batching_runner
 from mlserve.context import GraphContext
-from mlserve.monitoring.recorder import model_recorder
+from mlserve.monitoring.recorder import ModelRecorder, model_recorder
 from mlserve.monitoring.records import when
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
 from mlserve.protocol.forms import (
@@ -52,7 +54,7 @@ DEFAULT_LOAD_WAIT_SECONDS = 300.0
 
 # What a hook usually returns: no need to ask whether it must be awaited
 # (inspect.isawaitable costs an abstract-class check, ~1 us).
-_PLAIN = frozenset({list, dict, tuple, str, int, float, bool, type(None)})
+_PLAIN = frozenset({list, dict, tuple, str, int, float, bool, type(None), np.ndarray})
 
 
 class _SyncRunner:
@@ -94,6 +96,11 @@ def _is_coroutine_function(fn: Any) -> bool:
     if code is not None:
         return bool(code.co_flags & inspect.CO_COROUTINE)
     return inspect.iscoroutinefunction(fn)
+
+
+def _datetime(ns: int) -> datetime:
+    """A ``time.time_ns()`` reading as an aware UTC datetime."""
+    return datetime.fromtimestamp(ns / 1e9, UTC)
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -157,6 +164,7 @@ class V2ModelServer:
         self.model_logger: Any = None
         self.model_endpoint_uid: str | None = None
         self.stats = ModelStats()
+        self._metrics: ModelRecorder | None = None  # this version's Prometheus counts
         self.error = ""
         self.ready = False
         self._input_path = input_path
@@ -337,6 +345,9 @@ class V2ModelServer:
     async def do_event_async(self, event: Event) -> Event:
         """Handle one event from the loop: sync models run in the pool in one hop,
         batched models (mlserve.batching) dispatch on the loop and predict in the pool."""
+        gate = getattr(self, "_gate", None)
+        if gate is not None and gate.inline and self.ready:  # a sync model proven cheap (ModelGate)
+            return gate.run_inline(self.do_event, event)  # type: ignore[no-any-return]
         # Its own threads (or slots) and bounded queue: a slow model never starves another,
         # and a request's deadline holds on every route to a model (V2, TF Serving) (S13).
         limits = limits_of(self.context)
@@ -346,10 +357,7 @@ class V2ModelServer:
             batched = batching_runner(self)
             if batched is not None:
                 return await self._dispatch(event, batched)
-            gate = gate_of(self, limits)
-            if gate.inline and self.ready:  # proven cheaper than a hop (ModelGate)
-                return gate.run_inline(self.do_event, event)
-            call = gate.run(self.do_event, event)
+            call = gate_of(self, limits).run(self.do_event, event)
         return await with_timeout(call, request_timeout(limits, event))  # type: ignore[no-any-return]
 
     async def _dispatch(self, event: Event, runner: Any) -> Event:
@@ -392,8 +400,9 @@ class V2ModelServer:
             )
 
     async def _infer(self, event: Event, body: Any, op: str, event_id: Any, runner: Any) -> Any:
-        await self._wait_ready(event, runner)
-        start = datetime.now(UTC)
+        if not self.ready:
+            await self._wait_ready(event, runner)
+        start_ns = time.time_ns()  # the call's wall-clock start, as a datetime only when needed
         if not isinstance(body, dict):
             got = "an empty body" if body is None else type(body).__name__
             raise InvalidInput(f"the request body must be a JSON object, got {got}")
@@ -405,24 +414,33 @@ class V2ModelServer:
             hook = self.explain if op == "explain" else self.predict
             hook_ns = time.perf_counter_ns()
             outputs = await runner.user(hook, request)
-            if not runner.counts_executions:
-                self.stats.record_execution(1, time.perf_counter_ns() - hook_ns)
-            response = self.postprocess(self._envelope(request, outputs, event_id, start, op))
+            compute_ns = time.perf_counter_ns() - hook_ns
+            response = self.postprocess(self._envelope(request, outputs, event_id, start_ns, op))
         except Exception as exc:
             elapsed_ns = time.perf_counter_ns() - started_ns
             self.stats.record_inference(False, elapsed_ns)
-            model_recorder(self.name, self.version).error(op)
+            self._recorder().error(op)
             if self.model_logger is not None:
                 if isinstance(request, dict) and "id" not in request:
                     request = {**request, "id": event_id}  # the record names the request (mlrun)
-                self.model_logger.push_error(self, start, request, op, exc)
+                self.model_logger.push_error(self, _datetime(start_ns), request, op, exc)
             raise
         elapsed_ns = time.perf_counter_ns() - started_ns
-        self.stats.record_inference(True, elapsed_ns)
-        model_recorder(self.name, self.version).ok(op, elapsed_ns / 1e9)
+        if runner.counts_executions:  # the batcher recorded the merged call
+            self.stats.record_inference(True, elapsed_ns)
+        else:
+            self.stats.record_call(elapsed_ns, compute_ns)
+        self._recorder().ok(op, elapsed_ns / 1e9)
         if self.model_logger is not None:
-            self._log(start, elapsed_ns // 1000, request, response, op)
+            self._log(_datetime(start_ns), elapsed_ns // 1000, request, response, op)
         return response
+
+    def _recorder(self) -> ModelRecorder:
+        """This version's metrics recorder (looked up again if the name or version changed)."""
+        recorder = self._metrics
+        if recorder is None or recorder.name != self.name or recorder.version != self.version:
+            recorder = self._metrics = model_recorder(self.name, self.version)
+        return recorder
 
     def _validated(self, request: Any, op: str) -> Any:
         """``validate``, where any exception is a rejected request: a 400."""
@@ -434,7 +452,7 @@ class V2ModelServer:
             raise InvalidInput(f"{type(exc).__name__}: {exc}") from exc
 
     def _envelope(
-        self, request: Any, outputs: Any, event_id: Any, start: datetime, op: str
+        self, request: Any, outputs: Any, event_id: Any, start_ns: int, op: str
     ) -> dict[str, Any]:
         response: dict[str, Any] = {"id": event_id, "model_name": self.name}
         if self.version:
@@ -445,7 +463,7 @@ class V2ModelServer:
         else:
             response["outputs"] = outputs
             if op != "explain":
-                response["timestamp"] = when(start)  # isoformat, its second's text cached
+                response["timestamp"] = when(_datetime(start_ns))  # its second's text cached
         return response
 
     def _log(self, start: datetime, microsec: int, request: Any, response: Any, op: str) -> None:

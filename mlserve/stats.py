@@ -53,6 +53,20 @@ class ModelStats:
             else:
                 self.fail.add(duration_ns)
 
+    def record_call(self, duration_ns: int, compute_ns: int) -> None:
+        """One request answered by one call of the model's code (no batching):
+        ``record_inference(True, ...)`` and ``record_execution(1, ...)`` under one lock."""
+        with self._lock:
+            self.last_inference = time.time_ns() // 1_000_000
+            self.inference_count += 1
+            self.success.add(duration_ns)
+            self.execution_count += 1
+            self.compute_infer.add(compute_ns)
+            batch = self.batches.get(1)
+            if batch is None:
+                batch = self.batches[1] = _Duration()
+            batch.add(compute_ns)
+
     def record_execution(self, batch_size: int, duration_ns: int) -> None:
         """One call of the model's code that served ``batch_size`` requests."""
         with self._lock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 from mlserve.context import GraphContext
@@ -201,6 +202,16 @@ async def _run_async(route: Any, event: Event) -> Event:
 _VERSIONED = re.compile(r"^(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/(?P<op>.*))?$")
 
 
+@lru_cache(maxsize=4096)  # clients repeat their paths: parsed once each (short ones)
+def _route_of(sub: str) -> tuple[str, str] | None:
+    """``(route key, operation)`` of ``<m>[/versions/<v>][/<op>]``; None when it is not one."""
+    match = _VERSIONED.match(sub)
+    if match is None:
+        return None
+    model, version = match["model"], match["version"]
+    return (f"{model}:{version}" if version else model), match["op"] or ""
+
+
 class ModelRouter(BaseModelRouter):
     """Routes ``/v2/models/<m>[/versions/<v>]/<op>`` (or a body's ``model``) to a model."""
 
@@ -220,11 +231,10 @@ class ModelRouter(BaseModelRouter):
         body = event.body if isinstance(event.body, dict) else {}
         sub = path[len(self.url_prefix) :].strip("/") if path.startswith(self.url_prefix) else ""
         if sub:
-            match = _VERSIONED.match(sub)
-            if match is None:
+            parsed = _route_of(sub) if len(sub) <= 256 else _route_of.__wrapped__(sub)
+            if parsed is None:
                 raise ModelNotFound(f"illegal path {path}")
-            model, version, op = match["model"], match["version"], match["op"] or ""
-            key = f"{model}:{version}" if version else model
+            key, op = parsed
         elif path.startswith(self.url_prefix) and event.method == "GET":
             return None
         else:

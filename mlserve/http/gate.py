@@ -41,6 +41,8 @@ _METHODS: list[tuple[re.Pattern[str], str]] = [  # route: its methods, as ``Allo
     (re.compile(r"^/v1/models/[^/]+(/versions/[^/]+|/labels/[^/]+)?:[a-z]+/?$"), "POST"),
     (re.compile(r"^/v2/repository/"), "POST"),
 ]
+# Methods that every route above answers (POST): never a 405, no pattern to match.
+_ANSWERED_EVERYWHERE = frozenset.intersection(*(frozenset(a.split(", ")) for _, a in _METHODS))
 _REFUSED = re.compile(r";\s*q=0(\.0*)?$")  # "gzip;q=0": not acceptable
 _COMPRESSORS = {
     "gzip": lambda data: zlib.compress(data, 6, wbits=16 + zlib.MAX_WBITS),
@@ -107,6 +109,8 @@ def check_target(raw_path: bytes, path: str) -> Response | None:
 
 def check_method(method: str, path: str) -> Response | None:
     """405 with ``Allow`` for a method the route does not answer."""
+    if method in _ANSWERED_EVERYWHERE:
+        return None
     for pattern, allowed in _METHODS:
         if pattern.match(path):
             if method == allowed or method in allowed.split(", "):
@@ -132,6 +136,8 @@ def _encodings(value: str) -> list[str]:
 
 
 def _check_encoding(value: str) -> Response | None:
+    if not value:
+        return None
     unknown = [e for e in _encodings(value) if e not in ("gzip", "deflate", "identity")]
     if unknown:
         named = ", ".join(unknown)

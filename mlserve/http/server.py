@@ -28,7 +28,12 @@ from mlserve.http import gate
 from mlserve.http.settings import FaceSettings
 from mlserve.protocol.errors import MLServeError
 from mlserve.server.events import Event, Response, Trigger
-from mlserve.server.graph_server import GraphServer, encode_response, encode_response_async
+from mlserve.server.graph_server import (
+    GraphServer,
+    encode_response,
+    encode_response_async,
+    encodes_off_loop,
+)
 
 __all__ = ["HTTPServer", "KEEP_ALIVE_SECONDS"]
 
@@ -202,6 +207,7 @@ class HTTPProtocol(asyncio.Protocol):
         limit = self.settings.max_body_bytes
         has_body = False
         authorization = ""
+        expects_continue = False
         for name, value in self.headers:
             name = name.lower()
             if name == b"content-length" and value.strip().isdigit():
@@ -212,16 +218,17 @@ class HTTPProtocol(asyncio.Protocol):
                 has_body = True
             elif name == b"authorization":
                 authorization = value.decode("latin-1")
+            elif name == b"expect":
+                expects_continue = expects_continue or value.lower() == b"100-continue"
         if has_body and self.settings.auth_enabled:  # no body is buffered for a stranger
             refused = gate.authorize(self.settings, request_path(self.url), authorization)
             if refused is not None:
                 self.refuse(refused)
-        for name, value in self.headers:
-            if name.lower() == b"expect" and value.lower() == b"100-continue":
-                if self.busy:
-                    self.continue_pending = True  # written when the answers before it are out
-                else:
-                    self.transport.write(_CONTINUE)
+        if expects_continue:
+            if self.busy:
+                self.continue_pending = True  # written when the answers before it are out
+            else:
+                self.transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
         self.body_bytes += len(body)
@@ -236,11 +243,12 @@ class HTTPProtocol(asyncio.Protocol):
         self.body = []  # the chunks are not kept beside the joined body
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.headers}
         method = self.parser.get_method().decode("ascii")
+        target, _, query = self.url.partition(b"?")
         path = request_path(self.url)
         keep_alive = self.parser.should_keep_alive()
         if not keep_alive:
             self.closing = True
-        refused = gate.admit(self.settings, method, self.url.partition(b"?")[0], path, headers)
+        refused = gate.admit(self.settings, method, target, path, headers)
         if refused is not None:
             self._enqueue((refused, keep_alive, method == "HEAD"))
             return
@@ -251,7 +259,7 @@ class HTTPProtocol(asyncio.Protocol):
             method="GET" if method == "HEAD" else method,  # HEAD answers as GET, without the body
             path=path,
             trigger=_HTTP_TRIGGER,
-            query=self.url.partition(b"?")[2].decode("latin-1"),
+            query=query.decode("latin-1") if query else "",
         )
         self._enqueue((event, keep_alive, method == "HEAD"))
 
@@ -294,8 +302,14 @@ class HTTPProtocol(asyncio.Protocol):
                 )
             except MLServeError as exc:
                 return encode_response(self.server.error_response(exc))
-        response = await encode_response_async(await self.server.run_async(event))
-        return await gate.compress_async(response, headers.get("accept-encoding", ""))
+        response = await self.server.run_async(event)
+        if encodes_off_loop(response):
+            response = await encode_response_async(response)
+        else:
+            response = encode_response(response)
+        if "accept-encoding" not in headers:
+            return response
+        return await gate.compress_async(response, headers["accept-encoding"])
 
     def _finish(self, data: bytes, keep_alive: bool) -> None:
         if self.lost:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 __all__ = ["FaceSettings", "MiB", "split_secrets"]
@@ -42,7 +43,7 @@ class FaceSettings:
     max_connections: int = 2048  # more are closed at once (the backlog holds the rest)
     hide_errors: bool = False  # a model's exception text becomes a generic message + error id
 
-    @property
+    @cached_property  # asked on every request
     def auth_enabled(self) -> bool:
         return bool(self.auth_tokens or self.admin_tokens or self.basic_users)
 

@@ -1,19 +1,25 @@
 """Prometheus metrics of S14, in mlserve's own registry (served at ``/metrics``).
 
-Models record through :mod:`mlserve.monitoring.recorder`, which caches the
-labelled children, so a request pays for a dict lookup and two ``inc``s.
+Models count their calls in :mod:`mlserve.monitoring.recorder` (plain counters,
+one lock per call); ``ModelCalls`` turns them into the three per-model families
+when the registry is collected.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from mlserve.monitoring.recorder import LATENCY_BUCKETS, recorders
 
 __all__ = [
     "BATCH_SIZE",
-    "MODEL_ERRORS",
-    "MODEL_LATENCY",
     "MODEL_LOAD_SECONDS",
-    "MODEL_REQUESTS",
+    "ModelCalls",
     "QUEUE_DEPTH",
     "REGISTRY",
     "STREAM_DROPPED",
@@ -25,19 +31,54 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 _MODEL = ("model", "version", "operation")
 
-MODEL_REQUESTS = Counter(
-    "mlserve_model_requests", "Model calls (successful or not).", _MODEL, registry=REGISTRY
-)
-MODEL_ERRORS = Counter(
-    "mlserve_model_errors", "Model calls that failed.", _MODEL, registry=REGISTRY
-)
-MODEL_LATENCY = Histogram(
-    "mlserve_model_latency_seconds",
-    "Latency of successful model calls, preprocess to postprocess.",
-    _MODEL,
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-    registry=REGISTRY,
-)
+
+class ModelCalls(Collector):
+    """``mlserve_model_requests``, ``mlserve_model_errors`` (counters) and
+    ``mlserve_model_latency_seconds`` (a histogram of successful calls), labelled
+    by model, version and operation, read from the models' recorders."""
+
+    def describe(self) -> list[Metric]:
+        return list(self._families([]))
+
+    def collect(self) -> Iterator[Metric]:
+        rows = [(r.name, r.version, snap) for r in recorders() for snap in r.snapshot()]
+        return self._families(rows)
+
+    @staticmethod
+    def _families(
+        rows: list[tuple[str, str, tuple[str, int, int, float, list[int], float]]],
+    ) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "mlserve_model_requests", "Model calls (successful or not).", labels=_MODEL
+        )
+        errors = CounterMetricFamily(
+            "mlserve_model_errors", "Model calls that failed.", labels=_MODEL
+        )
+        latency = HistogramMetricFamily(
+            "mlserve_model_latency_seconds",
+            "Latency of successful model calls, preprocess to postprocess.",
+            labels=_MODEL,
+        )
+        bounds = [floatToGoString(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+        for name, version, (op, count, failed, seconds, buckets, created) in rows:
+            labels = (name, version, op)
+            requests.add_metric(labels, count, created=created)
+            errors.add_metric(labels, failed, created=created)
+            cumulative, total = [], 0
+            for bound, n in zip(bounds, buckets, strict=True):
+                total += n
+                cumulative.append((bound, total))
+            latency.add_metric(labels, cumulative, seconds)
+            latency.add_sample(
+                "mlserve_model_latency_seconds_created",
+                dict(zip(_MODEL, labels, strict=True)),
+                created,
+            )
+        yield from (requests, errors, latency)
+
+
+REGISTRY.register(ModelCalls())
+
 MODEL_LOAD_SECONDS = Gauge(
     "mlserve_model_load_seconds",
     "How long the model's load() took.",

@@ -58,7 +58,12 @@ def is_tensor_inputs(inputs: Any) -> bool:
     """True when every element of ``inputs`` is a V2 tensor object."""
     if not isinstance(inputs, list) or not inputs:
         return False
-    return all(isinstance(obj, dict) and all(k in obj for k in _TENSOR_KEYS) for obj in inputs)
+    for obj in inputs:  # a loop, not all() over generators: this runs twice per request
+        if not isinstance(obj, dict) or "name" not in obj or "shape" not in obj:
+            return False
+        if "datatype" not in obj:
+            return False
+    return True
 
 
 class InferenceRequest(dict[str, Any]):
@@ -92,6 +97,8 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
 
 def _check_parameters(body: dict[str, Any]) -> None:
     """Request and requested-output ``parameters`` are objects: a 400 here, not a 500 later."""
+    if "parameters" not in body and "outputs" not in body:
+        return
     places = [("the request", body)]
     outputs = body.get("outputs")
     if isinstance(outputs, list):
@@ -211,7 +218,9 @@ def build_outputs(
 ) -> list[dict[str, Any]]:
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
-    if is_tensor_inputs(result):
+    if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
+        tensors = {default_name: result}
+    elif is_tensor_inputs(result):
         tensors = {str(obj["name"]): obj for obj in result}
     elif isinstance(result, Mapping):
         tensors = {str(name): value for name, value in result.items()}

@@ -119,10 +119,18 @@ def datatype_of(array: Array) -> str:
 
 def _check_shape(shape: Any, name: str) -> list[int]:
     """Shapes come from JSON: a list of non-negative ints, bools excluded."""
+    if type(shape) is list:  # as JSON gives it: checked in one pass, kept as is (never mutated)
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                break
+        else:
+            return shape
     if not isinstance(shape, list | tuple):
         raise InvalidInput(_where(name, f"shape must be a list of integers, got {shape!r}"))
     for dim in shape:
-        if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 0:
+        if type(dim) is not int and (isinstance(dim, bool) or not isinstance(dim, np.integer)):
+            raise InvalidInput(_where(name, f"shape {shape!r} must hold non-negative integers"))
+        if dim < 0:
             raise InvalidInput(_where(name, f"shape {shape!r} must hold non-negative integers"))
     return [int(dim) for dim in shape]
 
@@ -235,7 +243,10 @@ _FLOAT_MAX = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float
 def _fits(array: Array, dtype: np.dtype[Any]) -> bool:
     """All values finite-safe for ``dtype``: no overflow warning from the cast."""
     high = _FLOAT_MAX[dtype]
-    return all(-high <= value <= high for value in array.ravel().tolist())
+    values = array.ravel().tolist()
+    # max and min, not a generator over the values: a NaN that comes first makes the
+    # comparison False (the checked cast then runs); one that comes later is skipped.
+    return not values or (max(values) <= high and min(values) >= -high)
 
 
 def _to_float(array: Array, datatype: str, name: str) -> Array:
@@ -287,6 +298,41 @@ def _from_json(data: Any, datatype: str, name: str) -> Array:
     return _FROM_NUMBERS[kind](numbers, datatype, name)
 
 
+def _fast_bounds(dtype: np.dtype[Any]) -> tuple[float, float]:
+    if dtype.kind == "f":  # beyond 2**53 an int would round twice on its way to float32
+        high = min(float(np.finfo(dtype).max), 2.0**53)
+        return -high, high
+    info = np.iinfo(dtype)
+    return info.min, info.max
+
+
+# datatype -> (dtype, lowest, highest, whether JSON floats are values of it), for _small_flat.
+_FLAT: dict[str, tuple[np.dtype[Any], float, float, bool]] = {
+    name: (dtype, *_fast_bounds(dtype), dtype.kind == "f")
+    for name, dtype in DATATYPES.items()
+    if dtype.kind in "iuf" and name != "BF16"
+}
+
+
+def _small_flat(data: Any, datatype: str) -> Array | None:
+    """The common small tensor (a flat JSON list of plain numbers, in range) in one
+    numpy call; None sends anything else down the checked path of ``_from_json``,
+    which gives the same array for what this accepts."""
+    spec = _FLAT.get(datatype)
+    if spec is None or type(data) is not list or not 0 < len(data) <= _SMALL:
+        return None
+    dtype, low, high, floats = spec
+    for value in data:
+        kind = type(value)
+        if kind is not int and (kind is not float or not floats):  # bools, text, lists
+            return None
+    # A NaN first makes both comparisons False (the checked path takes it); a later
+    # one is skipped by min and max, and numpy keeps it as the checked path would.
+    if not (low <= min(data) and max(data) <= high):
+        return None
+    return np.array(data, dtype=dtype)
+
+
 def decode_tensor(obj: dict[str, Any]) -> Array:
     """One V2 input tensor object -> ndarray of its declared shape and datatype.
 
@@ -309,7 +355,11 @@ def decode_tensor(obj: dict[str, Any]) -> Array:
         return decode_raw(obj[RAW], datatype, shape, name)
     if "data" not in obj:
         raise InvalidInput(_where(name, "missing 'data'"))
-    return _fit(_from_json(obj["data"], datatype, name), shape, name)
+    data = obj["data"]
+    array = _small_flat(data, datatype)
+    if array is None:
+        array = _from_json(data, datatype, name)
+    return _fit(array, shape, name)
 
 
 # --- raw (binary) codec ---------------------------------------------------------------------

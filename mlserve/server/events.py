@@ -6,9 +6,10 @@ that reads ``event.body``, ``event.path`` or ``response.status_code`` works.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from random import getrandbits as _random_bits
+from time import time_ns as _time_ns
 from typing import Any
 
 __all__ = ["Event", "MockEvent", "Response", "Trigger", "HTTP_TRIGGERS"]
@@ -34,7 +35,7 @@ class Event:
         "path",
         "id",
         "trigger",
-        "time",
+        "_time",
         "offset",
         "error",
         "origin_state",
@@ -61,16 +62,29 @@ class Event:
         self.headers = headers or {}
         self.method = method or ("POST" if body is not None else "GET")
         self.path = path or "/"
-        # 32 random hex digits, as uuid4().hex: os.urandom direct costs 0.4 us, uuid4() 2.5 us.
-        self.id = event_id or os.urandom(16).hex()
+        # 32 random hex digits, as uuid4().hex. An id names an event, it guards nothing: the
+        # process's Mersenne Twister (reseeded in forked workers) spares a getrandom call.
+        self.id = event_id or f"{_random_bits(128):032x}"
         self.trigger = trigger if isinstance(trigger, Trigger) else Trigger(kind=trigger or "")
-        self.time = time or datetime.now(UTC)
+        self._time: datetime | int = time or _time_ns()  # a datetime when first read
         self.offset = offset
         self.error: Any = None
         self.origin_state: str | None = None
         self.terminated = False
         self.key: Any = None
         self.query = query  # the raw query string of an HTTP request ("a=1&b=2")
+
+    @property
+    def time(self) -> datetime:
+        """When the event was made (an aware UTC datetime, built on first read)."""
+        made = self._time
+        if isinstance(made, int):
+            made = self._time = datetime.fromtimestamp(made / 1e9, UTC)
+        return made
+
+    @time.setter
+    def time(self, value: datetime) -> None:
+        self._time = value
 
     def __repr__(self) -> str:
         return (

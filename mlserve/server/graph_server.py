@@ -282,10 +282,11 @@ class GraphServer:
             stopping = {"ready": False, "error": "the server is stopping"}
             return Response(stopping, status_code=503), False
         try:
-            if not inline:
-                await self._parse_body_async(event)  # a big body: before handlers (TF Serving's)
-            elif _is_big_body(event.body):
-                self._parse_body(event)
+            if _is_big_body(event.body):  # parsed before the handlers (TF Serving's)
+                if inline:
+                    self._parse_body(event)
+                else:  # off the loop, so that health checks never wait on it
+                    await run_in_threadpool(self._parse_body, event)
             for handler in self.handlers:
                 answer = await handler(self, event)
                 if answer is not None:
@@ -391,11 +392,6 @@ class GraphServer:
         return sent
 
     # ---- helpers -----------------------------------------------------------------
-
-    async def _parse_body_async(self, event: Event) -> None:
-        """Parse a big body off the event loop, so health checks never wait on it."""
-        if _is_big_body(event.body):
-            await run_in_threadpool(self._parse_body, event)
 
     def _parse_body(self, event: Event) -> None:
         event.content_type = event.content_type or self.default_content_type or ""
@@ -503,9 +499,15 @@ def encode_response(response: Response) -> Response:
     return Response(data, response.status_code, "application/json", response.headers)
 
 
+def encodes_off_loop(response: Response) -> bool:
+    """Whether ``encode_response`` would hold the event loop: big tensors are
+    written in the worker pool (``encode_response_async``)."""
+    return isinstance(response.body, dict) and _is_big(response.body)
+
+
 async def encode_response_async(response: Response) -> Response:
     """``encode_response``; a response with big tensors is written off the event loop."""
-    if isinstance(response.body, dict) and _is_big(response.body):
+    if encodes_off_loop(response):
         return await run_in_threadpool(encode_response, response)  # type: ignore[no-any-return]
     return encode_response(response)
 

@@ -383,6 +383,20 @@ _deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = (
 )
 
 
+_last: list[_Deadlines] = []  # the loop last asked about (usually the only one)
+
+
+def _deadlines_of(loop: asyncio.AbstractEventLoop) -> _Deadlines:
+    last = _last[0] if _last else None
+    if last is not None and last.loop is loop:
+        return last
+    deadlines = _deadlines.get(loop)
+    if deadlines is None:
+        deadlines = _deadlines[loop] = _Deadlines(loop)
+    _last[:] = [deadlines]
+    return deadlines
+
+
 async def with_timeout(awaitable: Any, seconds: float) -> Any:
     """``await awaitable``, or RequestTimeout (504) after ``seconds`` (0: no limit).
 
@@ -391,10 +405,7 @@ async def with_timeout(awaitable: Any, seconds: float) -> Any:
     task = asyncio.current_task() if seconds else None
     if task is None:
         return await awaitable
-    loop = task.get_loop()
-    deadlines = _deadlines.get(loop)
-    if deadlines is None:
-        deadlines = _deadlines[loop] = _Deadlines(loop)
+    deadlines = _deadlines_of(task.get_loop())
     if task in deadlines.tasks:
         return await awaitable
     deadlines.add(task, seconds)
