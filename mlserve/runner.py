@@ -13,6 +13,7 @@ stream, background flows) and the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -158,6 +159,11 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, drain)
+    # What start-up left alive (modules, the graph, loaded models) lives as long as the
+    # process: out of the collector's sight, a full collection no longer walks it on
+    # the request path.
+    gc.collect()
+    gc.freeze()
     announce()
     await http.serve(sock)
     drain()
