@@ -22,7 +22,10 @@ def endpoints_handler(registry: EndpointRegistry) -> Any:
 
     @suspends_for(lambda event: (event.path or "").startswith(PREFIX))
     async def handler(server: Any, event: Event) -> Response | None:
-        parts = _route(event.path or "")
+        path = event.path
+        if not (path and path.startswith(PREFIX)):  # every other request: nothing more
+            return None
+        parts = _route(path)
         if parts is None:
             return None
         if event.method != "GET":

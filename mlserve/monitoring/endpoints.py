@@ -9,6 +9,7 @@ seconds and at shutdown, so a request never waits for a database.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import threading
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ __all__ = [
     "EndpointType",
     "ModelEndpoint",
     "RequestCounts",
+    "Tally",
     "endpoint_uid",
 ]
 
@@ -99,6 +101,33 @@ class RequestCounts:
         self.errors += other.errors
 
 
+class Tally:
+    """One endpoint's successful calls, counted by request threads without a lock.
+
+    A call is ``next(tally.calls)`` and, when later than ``last`` (or earlier than
+    ``first``), a store of its start: each atomic under the GIL (two threads racing may
+    keep the earlier of their two starts as ``last``, microseconds apart). The flusher
+    reads the count by a ``next()`` of its own, which it subtracts, and folds the calls
+    since its last read into ``RequestCounts``.
+    """
+
+    __slots__ = ("calls", "first", "last", "_reads", "_folded")
+
+    def __init__(self, first: datetime) -> None:
+        self.calls = itertools.count()
+        self.first = first  # never reset: a store keeps the earliest
+        self.last = first
+        self._reads = 0  # next() calls of the flusher
+        self._folded = 0  # calls already folded into counts
+
+    def take(self) -> int:
+        """Calls since the last take (flusher side, under the registry's lock)."""
+        total = next(self.calls) - self._reads
+        self._reads += 1
+        new, self._folded = total - self._folded, total
+        return new
+
+
 class EndpointRegistry:
     """Endpoint records in a store (see :mod:`mlserve.monitoring.stores`)."""
 
@@ -106,6 +135,7 @@ class EndpointRegistry:
         self.store = store
         self.flush_every = flush_every
         self._counts: dict[str, RequestCounts] = {}
+        self._tallies: dict[str, Tally] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,6 +160,30 @@ class EndpointRegistry:
             if error:
                 counts.errors += 1
 
+    def tally(self, uid: str, when: datetime) -> Tally:
+        """The lock-free counter of ``uid``'s successful calls (``when``: the first one's
+        start; the tally does not count it: the caller does). Asked again after
+        ``close()``, it starts the flusher again."""
+        with self._lock:
+            tally = self._tallies.get(uid)
+            if tally is None:
+                tally = self._tallies[uid] = Tally(when)
+            if self._thread is None:
+                self._start_flusher()
+            return tally
+
+    def _fold_tallies(self) -> None:
+        """Move the tallied calls into the counters (under the lock)."""
+        for uid, tally in self._tallies.items():
+            new = tally.take()
+            if not new:
+                continue
+            counts = self._counts.get(uid)
+            if counts is None:
+                self._counts[uid] = RequestCounts(tally.first, tally.last, new)
+            else:
+                counts.merge(RequestCounts(tally.first, tally.last, new))
+
     def _start_flusher(self) -> None:
         self._thread = threading.Thread(
             target=self._flush_loop, daemon=True, name="mlserve-endpoints"
@@ -148,6 +202,7 @@ class EndpointRegistry:
     def flush(self) -> None:
         """Write the counters gathered since the last flush."""
         with self._lock:
+            self._fold_tallies()
             counts, self._counts = self._counts, {}
         for uid in list(counts):
             try:

@@ -45,9 +45,10 @@ alive is taken from requests.
 - Unbatched records for those targets are encoded by ``push()`` itself
   (``records.success_line``, ~3 µs): the call's objects are still warm in the
   request thread's cache, and the inbox then holds bytes, so the sender wakes
-  only every ``WAKE_AT_LINES`` calls and just writes. Built by a sender woken
-  every 16 calls on a cold cache, the same record cost it 9-12 µs of CPU a call
-  in a loaded server (4.5 in a tight loop): benchmarks/tracking.py, in-process.
+  only every ``WAKE_AT_LINES`` calls (one full push) and just writes. Built by a
+  sender woken every 16 calls on a cold cache, the same record cost it 9-12 µs of
+  CPU a call in a loaded server (4.5 in a tight loop): benchmarks/tracking.py,
+  in-process.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ DROP_LOG_SECONDS = 10.0  # at most one "dropped" warning per this many seconds
 MAX_PUSH = 100  # records per push of dicts; also calls turned into records at a time
 MAX_PUSH_JSON = 500  # records per push of encoded records (bytes wait at no GC cost)
 WAKE_AT = 16  # calls in the inbox that wake the sender before its idle pause is over
-WAKE_AT_LINES = 128  # the same for calls encoded by push(): bytes cost the GC nothing to hold
+# The same for calls encoded by push(): bytes cost the GC nothing to hold, so the sender
+# wakes once per full push (each wake is a GIL hand-over, which the serving thread pays for).
+WAKE_AT_LINES = MAX_PUSH_JSON
 
 
 class _Batch:
@@ -307,8 +310,8 @@ class StreamPusher:
 
     def _drain(self, limit: int) -> None:
         inbox = self._inbox
-        if self._lines:
-            self._drain_lines(min(limit, len(inbox)))
+        if self._lines:  # bytes, moved all at once: a wake ends with a full push
+            self._drain_lines(len(inbox))
             return
         for _ in range(min(limit, len(inbox))):
             call = inbox.popleft()

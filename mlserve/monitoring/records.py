@@ -81,20 +81,29 @@ def _nested(flat: list[Any], shape: list[int]) -> Any:
 
 # The last UTC second formatted: ((year, month, day, hour, minute, second), its text).
 _second: tuple[tuple[int, ...] | None, str] = (None, "")
+# The last start formatted, and its text: a call's start is formatted twice (the response's
+# ``timestamp``, then the record's ``when``), the second time for the price of an ``is``.
+_last: tuple[datetime | None, str] = (None, "")
 
 
 def when(start: datetime) -> str:
-    """``start.isoformat(sep=" ", timespec="microseconds")``; a UTC start reuses the text of
-    its second (one tuple swap: safe from any thread)."""
-    global _second
+    """``start.isoformat(sep=" ", timespec="microseconds")``; the start formatted last, and a
+    UTC start's second, reuse their text (tuple swaps: safe from any thread)."""
+    global _second, _last
+    last, text = _last
+    if last is start:
+        return text
     if start.tzinfo is not UTC:
-        return start.isoformat(sep=" ", timespec="microseconds")
-    key = (start.year, start.month, start.day, start.hour, start.minute, start.second)
-    cached, text = _second
-    if key != cached:
-        text = start.isoformat(sep=" ", timespec="seconds")[:19]
-        _second = (key, text)
-    return f"{text}.{start.microsecond:06d}+00:00"
+        text = start.isoformat(sep=" ", timespec="microseconds")
+    else:
+        key = (start.year, start.month, start.day, start.hour, start.minute, start.second)
+        cached, second = _second
+        if key != cached:
+            second = start.isoformat(sep=" ", timespec="seconds")[:19]
+            _second = (key, second)
+        text = f"{second}.{start.microsecond:06d}+00:00"
+    _last = (start, text)
+    return text
 
 
 def _plain_request(request: Any, copy: bool = True) -> Any:
@@ -170,12 +179,19 @@ def success_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]
 
 def success_line(fields: ModelFields, call: tuple[Any, ...]) -> bytes:
     """``dumps(success_record(fields, call))``, byte for byte: the fields come first in a
-    record, so their JSON (encoded once) heads the JSON of the rest."""
+    record, so their JSON (encoded once) heads the JSON of the rest. Rows in and out (the
+    common case) are checked here, without a call each (the request thread pays for this)."""
     _, start, request, response, op, microsec, metrics = call
+    rows = request.get("inputs") if type(request) is dict else None
+    if not (type(rows) is list and not (rows and type(rows[0]) is dict)):
+        request = _plain_request(request, copy=False)
+    rows = response.get("outputs") if type(response) is dict else None
+    if not (type(rows) is list and not (rows and type(rows[0]) is dict)):
+        response = _plain_response(response, copy=False)
     rest = {
-        "request": _plain_request(request, copy=False),
+        "request": request,
         "op": op,
-        "resp": _plain_response(response, copy=False),
+        "resp": response,
         "when": when(start),
         "microsec": microsec,
     }

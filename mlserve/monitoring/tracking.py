@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from mlserve.monitoring.endpoints import EndpointRegistry, EndpointType, ModelEndpoint
+from mlserve.monitoring.endpoints import EndpointRegistry, EndpointType, ModelEndpoint, Tally
 from mlserve.monitoring.pusher import StreamPusher
 
 __all__ = ["ModelTracker", "setup", "stream_path"]
@@ -23,6 +23,7 @@ __all__ = ["ModelTracker", "setup", "stream_path"]
 logger = logging.getLogger("mlserve.monitoring")
 
 DEFAULT_STREAM_FILE = "model-logs.jsonl"
+_UNSEEN: Any = object()  # a model whose tally was not looked up yet
 PUSHER_OPTIONS = ("max_queue", "flush_after")
 
 
@@ -32,6 +33,8 @@ class ModelTracker:
     def __init__(self, pusher: StreamPusher | None, registry: EndpointRegistry | None) -> None:
         self.pusher = pusher
         self.registry = registry
+        # Each model's lock-free tally of successful calls; None: a model without a record.
+        self._tallies: dict[int, Tally | None] = {}
         if pusher is not None and registry is None:  # nothing to count: one call less a request
             self.push = pusher.push  # type: ignore[method-assign]
 
@@ -45,8 +48,15 @@ class ModelTracker:
         microsec: int,
         metrics: dict[str, Any] | None = None,
     ) -> None:
-        if self.registry is not None:
-            self._count(model, start, False)
+        tally = self._tallies.get(id(model), _UNSEEN)
+        if tally is _UNSEEN:
+            tally = self._tally(model, start)
+        if tally is not None:  # atomic steps (see Tally): no lock on the request path
+            next(tally.calls)
+            if start > tally.last:  # calls come mostly in order: one comparison
+                tally.last = start
+            elif start < tally.first:
+                tally.first = start
         if self.pusher is not None:
             self.pusher.push(model, start, request, response, op, microsec, metrics)
 
@@ -56,6 +66,12 @@ class ModelTracker:
         self._count(model, start, True)
         if self.pusher is not None:
             self.pusher.push_error(model, start, request, op, exc)
+
+    def _tally(self, model: Any, start: datetime) -> Tally | None:
+        uid = getattr(model, "model_endpoint_uid", None)
+        tally = self.registry.tally(uid, start) if self.registry is not None and uid else None
+        self._tallies[id(model)] = tally
+        return tally
 
     def _count(self, model: Any, start: datetime, error: bool) -> None:
         uid = getattr(model, "model_endpoint_uid", None)
@@ -67,6 +83,7 @@ class ModelTracker:
         if self.pusher is not None:
             self.pusher.close()
         if self.registry is not None:
+            self._tallies.clear()  # a later call asks the registry, which restarts its flusher
             self.registry.close()
 
 

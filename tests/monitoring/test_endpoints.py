@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,41 @@ def test_request_counters_are_written_in_batches(store_url: str) -> None:
     assert bad.status.error_count == 1 and bad.status.metrics == {"requests": 1}
     assert after["m2:v1"].status.last_request is None
     store.close()
+
+
+def test_calls_counted_from_many_threads_are_all_written(store_url: str) -> None:
+    """Successful calls are counted without a lock: none may be lost to a race, and the
+    first and last starts are the earliest and latest; after a close, counting goes on."""
+    project = unique("p")
+    server = start(make_function(project, store_url))
+    model = server.graph.routes["m1"].object
+    tracker = model.model_logger
+    tracker.pusher = None  # only the counters here
+    base = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    threads, calls = 8, 5000
+
+    def call(index: int) -> None:
+        for i in range(calls):
+            start = base + timedelta(microseconds=index * calls + i)
+            tracker.push(model, start, ROWS, {"outputs": [3]}, "infer", 5)
+
+    workers = [threading.Thread(target=call, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    tracker.registry.flush()
+    tracker.push(model, base - timedelta(seconds=1), ROWS, {"outputs": [3]}, "infer", 5)
+    tracker.close()
+    tracker.push(model, base + timedelta(hours=1), ROWS, {"outputs": [3]}, "infer", 5)
+    assert tracker.registry._thread is not None  # the flusher runs again
+    tracker.registry.close()
+    store = open_store(store_url)
+    (m1,) = [e for e in store.list(project) if e.spec.model == "m1:latest"]
+    store.close()
+    assert m1.status.metrics == {"requests": threads * calls + 2}
+    assert m1.status.first_request == base - timedelta(seconds=1)
+    assert m1.status.last_request == base + timedelta(hours=1)
 
 
 class Ensemble(BaseModelRouter):

@@ -72,6 +72,15 @@ def test_when_of_utc_starts_in_any_order_is_isoformat(starts: list[datetime]) ->
         assert rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
 
 
+def test_when_of_the_start_formatted_last_is_its_own_text() -> None:
+    """A start is formatted twice per call (the response's timestamp, the record's when):
+    the second time reuses the text of the same object, never of an equal-looking one."""
+    for start in STARTS:
+        again = start.replace(microsecond=(start.microsecond + 1) % 1_000_000)
+        for value in (start, start, again, again, start):
+            assert rec.when(value) == value.isoformat(sep=" ", timespec="microseconds")
+
+
 def test_file_records_hold_the_calls_in_order(tmp_path: Path, make_server: Any) -> None:
     path = tmp_path / "logs.jsonl"
     server = make_server(str(path), {"m1:v2": SumModel, "bad": FailingModel})
