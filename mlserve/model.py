@@ -98,9 +98,19 @@ def _is_coroutine_function(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
+_last_start: tuple[int, datetime | None] = (0, None)
+
+
 def _datetime(ns: int) -> datetime:
-    """A ``time.time_ns()`` reading as an aware UTC datetime."""
-    return datetime.fromtimestamp(ns / 1e9, UTC)
+    """A ``time.time_ns()`` reading as an aware UTC datetime: the same object for the
+    same reading (a call's start makes the response's timestamp, then the record's
+    ``when``, which knows the start it formatted last by identity)."""
+    global _last_start
+    last_ns, start = _last_start
+    if last_ns != ns or start is None:
+        start = datetime.fromtimestamp(ns / 1e9, UTC)
+        _last_start = (ns, start)  # a tuple swap: safe from any thread
+    return start
 
 
 async def _awaited(awaitable: Any) -> Any:
