@@ -63,3 +63,23 @@ def test_the_goals_of_every_section_are_collected_in_one_table() -> None:
         "| HTTP | at least 8x MLServer | 5.1x | not met |",
         "| HTTP | a lower p99 | 3 ms vs 9 ms | met |",
     ]
+
+
+def test_the_instructions_driver_sends_http_requests_through_the_protocol() -> None:
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--run-http", "40"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=120,
+        check=True,  # hotpath's transport raises on any answer but a 200
+    )
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind counts instructions")
+def test_callgrind_counts_the_instructions_of_a_command() -> None:
+    from benchmarks.instructions import _collected
+
+    empty = _collected([sys.executable, "-c", "pass"])
+    busy = _collected([sys.executable, "-c", "sum(range(100_000))"])
+    assert busy > empty > 0

@@ -1,0 +1,110 @@
+"""Instructions per request, counted by valgrind's callgrind: an A/B for small cuts.
+
+    python -m benchmarks.instructions [--case http mock] [--requests 1000] [--mlrun]
+
+Wall and CPU clocks swing with the machine's load (2 cores shared with every other
+process); the number of instructions a request executes does not (within about 0.3%
+from run to run here). Each case runs twice under callgrind, with the same warm-up
+and then 200 or 200 + ``--requests`` requests; the difference, divided by
+``--requests``, is one request (start-up and warm-up cancel out). Slow (valgrind runs
+Python some 50 times slower: about a minute per case), so it measures cuts, not
+servers: ``make bench`` does that.
+
+- ``http``: the HTTP/1.1 protocol fed request bytes in-process
+  (``benchmarks.hotpath``), 8 clients, the echo model on the event loop (its gate set
+  inline, where a served model goes after its first 40 calls).
+- ``mock``: ``server.test("/v2/models/m/infer", body)`` of ``inprocess_case``'s router;
+  ``--mlrun`` also counts mlrun's mock server (its environment under benchmarks/.envs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.common import ENVS, env_python, progress
+
+HERE = Path(__file__).resolve().parent
+WARMUP = 200
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+# The mock case, run by any interpreter (mlrun's has no mlserve): inprocess_case builds it.
+_MOCK = (
+    "import sys; sys.path.insert(0, {here!r}); import inprocess_case as case; "
+    "server = case.build({framework!r}, 'router'); "
+    "[server.test(case.PATH, case.BODY) for _ in range({count})]"
+)
+
+
+def _http(count: int) -> None:
+    """``count`` requests through the HTTP protocol, after the gate's warm-up."""
+    import uvloop
+
+    from benchmarks import hotpath
+    from mlserve.cli import load_function
+    from mlserve.server.limits import gate_of, limits_of
+
+    fn = load_function(str(HERE / "servers" / "mlserve_model.py"))
+    server = fn.to_graph_server()
+    server.init_states(namespace=fn.namespace)
+    server.init_object(fn.namespace)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(hotpath._round("protocol", server, 80, 8))
+        model = next(server.iter_models())
+        gate = gate_of(model, limits_of(model.context))
+        gate.inline, gate._learnt = True, True  # as after 40 cheap calls, however slow valgrind is
+        runner.run(hotpath._round("protocol", server, count, 8))
+
+
+def _collected(command: list[str]) -> int:
+    valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    done = subprocess.run([*valgrind, *command], capture_output=True, text=True, check=True)
+    return int(_COLLECTED.findall(done.stderr)[-1])
+
+
+def _command(case: str, framework: str, count: int) -> list[str]:
+    if case == "http":
+        return [sys.executable, "-m", "benchmarks.instructions", "--run-http", str(count)]
+    code = _MOCK.format(here=str(HERE), framework=framework, count=count)
+    return [env_python(None if framework == "mlserve" else framework), "-c", code]
+
+
+def per_request(case: str, framework: str, requests: int) -> float:
+    """Instructions of one request of ``case`` (``framework``: mlserve or mlrun)."""
+    base = _collected(_command(case, framework, WARMUP))
+    more = _collected(_command(case, framework, WARMUP + requests))
+    return (more - base) / requests
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--case", nargs="+", choices=["http", "mock"], default=["http", "mock"])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--mlrun", action="store_true", help="also count mlrun's mock server")
+    parser.add_argument("--run-http", type=int, help=argparse.SUPPRESS)  # the child of `http`
+    args = parser.parse_args(argv)
+    if args.run_http is not None:
+        _http(args.run_http)
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is needed: apt-get install valgrind")
+    runs = [(case, "mlserve") for case in args.case]
+    if args.mlrun and "mock" in args.case:
+        if not (ENVS / "mlrun").exists():
+            raise SystemExit("no mlrun environment: python -m benchmarks.inprocess creates it")
+        runs.append(("mock", "mlrun"))
+    for case, framework in runs:
+        progress(f"instructions: {case} ({framework}), two callgrind runs")
+        count = per_request(case, framework, args.requests)
+        print(f"{case:5} {framework:8} {count:10,.0f} instructions per request")
+
+
+if __name__ == "__main__":
+    main()
