@@ -39,6 +39,7 @@ system-deps:
 	command -v wrk >/dev/null || missing="$$missing wrk"; \
 	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
+	command -v valgrind >/dev/null || missing="$$missing valgrind"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

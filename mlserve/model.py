@@ -174,7 +174,7 @@ class V2ModelServer:
         self.model_logger: Any = None
         self.model_endpoint_uid: str | None = None
         self.stats = ModelStats()
-        self._metrics: ModelRecorder | None = None  # this version's Prometheus counts
+        self._recorded: ModelRecorder | None = None  # where this version's Prometheus counts go
         self.error = ""
         self.ready = False
         self._input_path = input_path
@@ -447,9 +447,9 @@ class V2ModelServer:
 
     def _recorder(self) -> ModelRecorder:
         """This version's metrics recorder (looked up again if the name or version changed)."""
-        recorder = self._metrics
+        recorder = self._recorded
         if recorder is None or recorder.name != self.name or recorder.version != self.version:
-            recorder = self._metrics = model_recorder(self.name, self.version)
+            recorder = self._recorded = model_recorder(self.name, self.version)
         return recorder
 
     def _validated(self, request: Any, op: str) -> Any:

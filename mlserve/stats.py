@@ -46,36 +46,35 @@ class ModelStats:
     def record_inference(self, ok: bool, duration_ns: int) -> None:
         """One request answered (``ok``) or failed, end to end in the model."""
         with self._lock:
-            self.last_inference = time.time_ns() // 1_000_000
-            if ok:
-                self.inference_count += 1
-                self.success.add(duration_ns)
-            else:
-                self.fail.add(duration_ns)
-
-    def record_call(self, duration_ns: int, compute_ns: int) -> None:
-        """One request answered by one call of the model's code (no batching):
-        ``record_inference(True, ...)`` and ``record_execution(1, ...)`` under one lock."""
-        with self._lock:
-            self.last_inference = time.time_ns() // 1_000_000
-            self.inference_count += 1
-            self.success.add(duration_ns)
-            self.execution_count += 1
-            self.compute_infer.add(compute_ns)
-            batch = self.batches.get(1)
-            if batch is None:
-                batch = self.batches[1] = _Duration()
-            batch.add(compute_ns)
+            self._inference(ok, duration_ns)
 
     def record_execution(self, batch_size: int, duration_ns: int) -> None:
         """One call of the model's code that served ``batch_size`` requests."""
         with self._lock:
-            self.execution_count += 1
-            self.compute_infer.add(duration_ns)
-            batch = self.batches.get(batch_size)
-            if batch is None:
-                batch = self.batches[batch_size] = _Duration()
-            batch.add(duration_ns)
+            self._execution(batch_size, duration_ns)
+
+    def record_call(self, duration_ns: int, compute_ns: int) -> None:
+        """One request answered by one call of the model's code (no batching): both
+        records under one lock."""
+        with self._lock:
+            self._inference(True, duration_ns)
+            self._execution(1, compute_ns)
+
+    def _inference(self, ok: bool, duration_ns: int) -> None:
+        self.last_inference = time.time_ns() // 1_000_000
+        if ok:
+            self.inference_count += 1
+            self.success.add(duration_ns)
+        else:
+            self.fail.add(duration_ns)
+
+    def _execution(self, batch_size: int, duration_ns: int) -> None:
+        self.execution_count += 1
+        self.compute_infer.add(duration_ns)
+        batch = self.batches.get(batch_size)
+        if batch is None:
+            batch = self.batches[batch_size] = _Duration()
+        batch.add(duration_ns)
 
     def to_dict(self, name: str, version: str) -> dict[str, Any]:
         """The Triton ``model_stats`` entry of this model."""
