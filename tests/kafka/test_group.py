@@ -136,7 +136,7 @@ def test_sigterm_finishes_commits_and_leaves_then_a_new_member_reruns_nothing(
     rest, so no message has two results."""
     tag = uuid.uuid4().hex[:8]
     source, output, dead, group = f"in-{tag}", f"out-{tag}", f"dead-{tag}", f"group-{tag}"
-    count = 10_000
+    count = 50_000  # enough that a SIGTERM after the first results lands mid-run
     topics.produce(
         kafka.url,
         source,
