@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import numpy as np
 from mlserve.batching import batching_runner
 from mlserve.context import GraphContext
 from mlserve.monitoring.recorder import ModelRecorder, model_recorder
-from mlserve.monitoring.records import when
+from mlserve.monitoring.records import when_ns
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
 from mlserve.protocol.forms import (
     InferenceRequest,
@@ -99,16 +99,17 @@ def _is_coroutine_function(fn: Any) -> bool:
 
 
 _last_start: tuple[int, datetime | None] = (0, None)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _datetime(ns: int) -> datetime:
-    """A ``time.time_ns()`` reading as an aware UTC datetime: the same object for the
-    same reading (a call's start makes the response's timestamp, then the record's
-    ``when``, which knows the start it formatted last by identity)."""
+    """A ``time.time_ns()`` reading as an aware UTC datetime, to the microsecond below as
+    ``when_ns`` formats it: the same object for the same reading (``when`` knows the
+    start it formatted last by identity)."""
     global _last_start
     last_ns, start = _last_start
     if last_ns != ns or start is None:
-        start = datetime.fromtimestamp(ns / 1e9, UTC)
+        start = _EPOCH + timedelta(microseconds=ns // 1000)  # exact, as when_ns reads it
         _last_start = (ns, start)  # a tuple swap: safe from any thread
     return start
 
@@ -371,7 +372,7 @@ class V2ModelServer:
         return await with_timeout(call, request_timeout(limits, event))  # type: ignore[no-any-return]
 
     async def _dispatch(self, event: Event, runner: Any) -> Event:
-        body = get_path(event.body, self._input_path)
+        body = get_path(event.body, self._input_path) if self._input_path else event.body
         op = (event.path or "").strip("/")
         event_id = event.id
         if isinstance(body, dict):
@@ -392,7 +393,7 @@ class V2ModelServer:
             response = await runner.user(getattr(self, f"op_{op}"), event)
         else:
             raise IllegalOperation(f"illegal model operation '{op}', method={event.method}")
-        event.body = set_path(event.body, self._result_path, response)
+        event.body = set_path(event.body, self._result_path, response) if self._result_path else response
         return event
 
     async def _wait_ready(self, event: Event, runner: Any) -> None:
@@ -473,7 +474,7 @@ class V2ModelServer:
         else:
             response["outputs"] = outputs
             if op != "explain":
-                response["timestamp"] = when(_datetime(start_ns))  # its second's text cached
+                response["timestamp"] = when_ns(start_ns)  # its second's text cached
         return response
 
     def _log(self, start: datetime, microsec: int, request: Any, response: Any, op: str) -> None:

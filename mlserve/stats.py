@@ -22,10 +22,6 @@ class _Duration:
         self.count = 0
         self.ns = 0
 
-    def add(self, duration_ns: int) -> None:
-        self.count += 1
-        self.ns += duration_ns
-
     def to_dict(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
 
@@ -36,12 +32,20 @@ class ModelStats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.last_inference = 0  # ms since the epoch, 0 before the first
-        self.inference_count = 0
-        self.execution_count = 0
         self.success = _Duration()
         self.fail = _Duration()
         self.compute_infer = _Duration()
         self.batches: dict[int, _Duration] = {}
+
+    @property
+    def inference_count(self) -> int:
+        """Requests answered (Triton counts no failed one)."""
+        return self.success.count
+
+    @property
+    def execution_count(self) -> int:
+        """Calls of the model's code."""
+        return self.compute_infer.count
 
     def record_inference(self, ok: bool, duration_ns: int) -> None:
         """One request answered (``ok``) or failed, end to end in the model."""
@@ -62,19 +66,19 @@ class ModelStats:
 
     def _inference(self, ok: bool, duration_ns: int) -> None:
         self.last_inference = time.time_ns() // 1_000_000
-        if ok:
-            self.inference_count += 1
-            self.success.add(duration_ns)
-        else:
-            self.fail.add(duration_ns)
+        durations = self.success if ok else self.fail
+        durations.count += 1  # (no method call: every request pays these lines)
+        durations.ns += duration_ns
 
     def _execution(self, batch_size: int, duration_ns: int) -> None:
-        self.execution_count += 1
-        self.compute_infer.add(duration_ns)
+        compute = self.compute_infer
+        compute.count += 1
+        compute.ns += duration_ns
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = _Duration()
-        batch.add(duration_ns)
+        batch.count += 1
+        batch.ns += duration_ns
 
     def to_dict(self, name: str, version: str) -> dict[str, Any]:
         """The Triton ``model_stats`` entry of this model."""

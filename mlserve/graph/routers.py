@@ -176,7 +176,8 @@ class BaseModelRouter:
         if event.body is not None and event.method != "GET":
             event.body = self.parse_body(event)
         original = event.body
-        event.body = get_path(original, self._input_path)
+        if self._input_path:
+            event.body = get_path(original, self._input_path)
         answer = self._answer_without_route(event, path)
         if answer is not None:
             event.terminated = True
@@ -228,7 +229,6 @@ class ModelRouter(BaseModelRouter):
     def select(self, event: Event, path: str) -> tuple[str, Any, str] | None:
         """``(route key, route, operation path)``; None asks for the listing."""
         routes = self.routes  # read once: a runtime change swaps in a new table (the repository)
-        body = event.body if isinstance(event.body, dict) else {}
         sub = path[len(self.url_prefix) :].strip("/") if path.startswith(self.url_prefix) else ""
         if sub:
             parsed = _route_of(sub) if len(sub) <= 256 else _route_of.__wrapped__(sub)
@@ -240,10 +240,14 @@ class ModelRouter(BaseModelRouter):
         else:
             if not routes:
                 raise ModelNotFound("no models are served")
+            body = event.body if isinstance(event.body, dict) else {}
             key = str(body.get("model") or next(iter(routes)))
             op = ""
-        key = self.resolve_key(key, routes)
-        return key, routes[key], op
+        route = routes.get(key)
+        if route is None:  # an unversioned name of versioned routes, or none served
+            key = self.resolve_key(key, routes)
+            route = routes[key]
+        return key, route, op
 
     def resolve_key(self, key: str, routes: dict[str, Any] | None = None) -> str:
         """The route key for ``key``: as is, or an unversioned name's highest version."""

@@ -32,7 +32,7 @@ from mlserve.graph.routers import BaseModelRouter, sorted_versions
 from mlserve.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady, NotSupported
 from mlserve.protocol.tensors import DATATYPES, decode_tensor, encode_tensor, loads
 from mlserve.server.events import Event, Response
-from mlserve.server.inline import suspends_for
+from mlserve.server.handlers import answers_only, suspends_for
 
 __all__ = [
     "infer_path",
@@ -69,6 +69,7 @@ DT_NAMES = {
 }
 
 
+@answers_only(lambda method, path: path.startswith(PREFIX))
 @suspends_for(lambda event: event.method == "POST" and (event.path or "").startswith(PREFIX))
 async def tfserving_handler(server: Any, event: Event) -> Response | None:
     """A ``GraphServer`` handler: answers ``/v1/models/...``, None for other paths."""

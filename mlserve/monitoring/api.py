@@ -10,7 +10,7 @@ from mlserve.monitoring.endpoints import EndpointRegistry, ModelEndpoint
 from mlserve.protocol.errors import IllegalOperation, ModelNotFound
 from mlserve.server.aio import run_in_threadpool
 from mlserve.server.events import Event, Response
-from mlserve.server.inline import suspends_for
+from mlserve.server.handlers import answers_only, suspends_for
 
 __all__ = ["endpoints_handler", "format_table", "list_endpoints"]
 
@@ -20,6 +20,7 @@ PREFIX = "/api/v1/projects/"
 def endpoints_handler(registry: EndpointRegistry) -> Any:
     """A ``GraphServer.add_handler`` handler answering from ``registry``."""
 
+    @answers_only(lambda method, path: path.startswith(PREFIX))
     @suspends_for(lambda event: (event.path or "").startswith(PREFIX))
     async def handler(server: Any, event: Event) -> Response | None:
         path = event.path

@@ -51,7 +51,7 @@ class ModelRecorder:
         return counts
 
     def ok(self, op: str, seconds: float) -> None:
-        counts = self._counts(op)
+        counts = self.ops.get(op) or self._counts(op)
         bucket = bisect_left(LATENCY_BUCKETS, seconds)  # the first bound >= seconds
         with self._lock:
             counts.requests += 1

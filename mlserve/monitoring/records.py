@@ -106,6 +106,22 @@ def when(start: datetime) -> str:
     return text
 
 
+# The last whole second of a ``time_ns`` reading formatted: (seconds since the epoch, text).
+_second_ns: tuple[int, str] = (-1, "")
+
+
+def when_ns(ns: int) -> str:
+    """``when`` of a ``time.time_ns()`` reading (UTC, to the microsecond below): the
+    response's ``timestamp``, with no datetime built unless the second changed."""
+    global _second_ns
+    seconds, micro = divmod(ns // 1000, 1_000_000)
+    cached, second = _second_ns
+    if cached != seconds:
+        second = datetime.fromtimestamp(seconds, UTC).isoformat(sep=" ")[:19]
+        _second_ns = (seconds, second)
+    return f"{second}.{micro:06d}+00:00"
+
+
 def _plain_request(request: Any, copy: bool = True) -> Any:
     """The request with plain ``inputs``; ``copy=False`` (encoded at once) keeps the request
     itself when its inputs are already plain."""

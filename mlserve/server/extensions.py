@@ -20,7 +20,7 @@ from typing import Any
 from mlserve.protocol.errors import Forbidden, InvalidInput, ModelNotFound
 from mlserve.protocol.tensors import loads
 from mlserve.server.events import Event, Response
-from mlserve.server.inline import suspends_for
+from mlserve.server.handlers import answers_only, suspends_for
 from mlserve.server.stats import find_models, model_stats
 
 __all__ = ["check_model_name", "handle", "install", "model_config"]
@@ -47,6 +47,7 @@ def _loads_or_unloads(event: Event) -> bool:
     return event.method == "POST" and (event.path or "").startswith("/v2/repository/")
 
 
+@answers_only(lambda method, path: method == "GET" or path.startswith("/v2/repository/"))
 @suspends_for(_loads_or_unloads)
 async def handle(server: Any, event: Event) -> Response | None:
     path = event.path

@@ -37,7 +37,8 @@ from mlserve.protocol.tensors import (
 from mlserve.server.aio import BackgroundLoop, drive, run_in_threadpool
 from mlserve.server.events import Event, Response, Trigger
 from mlserve.server.extensions import install as install_extensions
-from mlserve.server.inline import graph_runs_inline, handlers_run_inline
+from mlserve.server.handlers import handlers_met, handlers_run_inline
+from mlserve.server.inline import graph_runs_inline
 from mlserve.server.limits import RequestTimeout, ServerLimits, request_timeout, with_timeout
 
 __all__ = [
@@ -159,6 +160,7 @@ class GraphServer:
             current_function=current_function,
         )
         self.handlers: list[ServerHandler] = []
+        self._met: dict[tuple[str, str], tuple[ServerHandler, ...]] = {}  # per (method, path)
         self._shutdown_callbacks: list[Callable[[], None]] = []
         self._loop = BackgroundLoop()
         self._inline: bool | None = None  # whether the graph is all sync code (on first call)
@@ -167,7 +169,7 @@ class GraphServer:
         """Answer some paths at the server level, before the graph (mock and
         network faces alike)."""
         self.handlers.append(handler)
-        self._inline = None
+        self._met.clear()
 
     def on_shutdown(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` at ``wait_for_completion()`` (shutdown): flush
@@ -287,7 +289,7 @@ class GraphServer:
                     self._parse_body(event)
                 else:  # off the loop, so that health checks never wait on it
                     await run_in_threadpool(self._parse_body, event)
-            for handler in self.handlers:
+            for handler in self._handlers_met(event):
                 answer = await handler(self, event)
                 if answer is not None:
                     return answer, False
@@ -306,7 +308,7 @@ class GraphServer:
         body = event.body
         if isinstance(body, Response):
             return body, True
-        return Response(body, content_type=_content_type_of(body)), False
+        return Response(body, 200, _content_type_of(body)), False
 
     def graph_changed(self) -> None:
         """Routes were loaded or unloaded at run time: ask again whether the graph is all sync."""
@@ -318,7 +320,17 @@ class GraphServer:
         inline = self._inline
         if inline is None:
             inline = self._inline = graph_runs_inline(self.graph)
-        return inline and handlers_run_inline(self.handlers, event)
+        return inline and handlers_run_inline(self._handlers_met(event), event)
+
+    def _handlers_met(self, event: Event) -> tuple[ServerHandler, ...]:
+        """The handlers ``event`` is offered to, chosen once per (method, path)."""
+        key = (event.method, event.path or "")
+        met = self._met.get(key)
+        if met is None:
+            if len(self._met) >= 1024:  # clients repeat their paths; a scan never grows it
+                self._met.clear()
+            met = self._met[key] = handlers_met(self.handlers, *key)
+        return met
 
     def _answer_sync(self, event: Event) -> tuple[Response, bool]:
         """``_answer`` from a sync caller: in its thread when it can, else on the loop."""
@@ -365,7 +377,7 @@ class GraphServer:
             content_type=content_type,
             headers=headers,
             method=method or None,
-            path=unquote(target),  # as an ASGI server hands it over
+            path=unquote(target) if "%" in target else target,  # as an ASGI server hands it over
             event_id=event_id,
             trigger=trigger,
             query=query,
@@ -455,6 +467,8 @@ def _is_big_body(body: Any) -> bool:
 
 def _content_type_of(body: Any) -> str:
     """What a body the graph returned is sent as: text and bytes are not JSON."""
+    if type(body) is dict:  # the usual answer, in one check
+        return "application/json"
     if isinstance(body, str):
         return "text/plain"
     if isinstance(body, (bytes, bytearray, memoryview)):
@@ -531,7 +545,11 @@ def _unsendable(exc: TypeError) -> Response:
 
 def _has_raw_outputs(body: dict[str, Any]) -> bool:
     outputs = body.get("outputs")
-    return isinstance(outputs, list) and any(isinstance(o, dict) and RAW in o for o in outputs)
+    if isinstance(outputs, list):
+        for output in outputs:
+            if isinstance(output, dict) and RAW in output:  # (a loop: no generator per call)
+                return True
+    return False
 
 
 def _as_sent(response: Response) -> Any:

@@ -18,43 +18,16 @@ with any async part keeps the loop path:
   answers before its steps end, and error handlers are storey outlets;
 * queues, remote steps, storey steps, merges and async handlers need a loop.
 
-Server-level handlers (``GraphServer.add_handler``) say which of their
-requests may suspend with ``handler.needs_loop(event)``; a handler without
-it always takes the loop path.
+Server-level handlers say which of their requests may suspend
+(mlserve.server.handlers).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from mlserve.server.events import Event
-
-__all__ = ["graph_runs_inline", "handlers_run_inline", "model_runs_inline", "suspends_for"]
-
-H = TypeVar("H", bound=Callable[..., Any])
-
-
-def suspends_for(needs_loop: Callable[[Event], bool]) -> Callable[[H], H]:
-    """Mark a server handler: it may suspend (await) only for events where
-    ``needs_loop(event)`` is true; other events it answers without awaiting."""
-
-    def mark(handler: H) -> H:
-        handler.needs_loop = needs_loop  # type: ignore[attr-defined]
-        return handler
-
-    return mark
-
-
-def handlers_run_inline(handlers: list[Any], event: Event) -> bool:
-    """Whether none of ``handlers`` may suspend for ``event``."""
-    for handler in handlers:
-        needs_loop = getattr(handler, "needs_loop", None)
-        if needs_loop is None or needs_loop(event):
-            return False
-    return True
-
+__all__ = ["graph_runs_inline", "model_runs_inline"]
 
 def graph_runs_inline(step: Any) -> bool:
     """Whether every step of the graph below ``step`` is plain (sync) code."""
