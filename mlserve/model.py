@@ -393,7 +393,9 @@ class V2ModelServer:
             response = await runner.user(getattr(self, f"op_{op}"), event)
         else:
             raise IllegalOperation(f"illegal model operation '{op}', method={event.method}")
-        event.body = set_path(event.body, self._result_path, response) if self._result_path else response
+        if self._result_path:
+            response = set_path(event.body, self._result_path, response)
+        event.body = response
         return event
 
     async def _wait_ready(self, event: Event, runner: Any) -> None:

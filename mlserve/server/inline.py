@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = ["graph_runs_inline", "model_runs_inline"]
 
+
 def graph_runs_inline(step: Any) -> bool:
     """Whether every step of the graph below ``step`` is plain (sync) code."""
     from mlserve.graph.flow import FlowStep, RootFlowStep
