@@ -10,6 +10,7 @@ import pytest
 import mlserve
 from mlserve import Event, GraphServer, Response, ServingRequestError, create_graph_server
 from mlserve.protocol.tensors import loads
+from mlserve.server.handlers import answers_only
 from tests.fixtures import GatedLoad, Multiplier, Raising, model_of, serve
 
 
@@ -331,3 +332,23 @@ def test_server_handlers_answer_before_the_graph() -> None:
     server.add_handler(ping)
     assert server.test("/ping") == {"pong": True}
     assert server.test("/v2/models/m/infer", body={"inputs": [1]})["outputs"] == [1]
+
+
+def test_a_handler_that_answers_only_some_paths_is_offered_only_those() -> None:
+    server = serve({"m": Multiplier})
+    offered: list[tuple[str, str]] = []
+
+    @answers_only(lambda method, path: path.startswith("/ping"))
+    async def ping(srv: GraphServer, event: Event) -> Response | None:
+        offered.append((event.method, event.path))
+        return Response({"pong": True}) if event.path == "/ping" else None
+
+    assert server.test("/v2/models/m/infer", body={"inputs": [2]})["outputs"] == [2]
+    server.add_handler(ping)  # after a request: the paths' choice is made again
+    for _ in range(2):
+        assert server.test("/v2/models/m/infer", body={"inputs": [3]})["outputs"] == [3]
+        assert server.test("/ping") == {"pong": True}
+    assert server.test("/v2/models/m/infer", body={"inputs": [4]})["outputs"] == [4]
+    with pytest.raises(ServingRequestError):
+        server.test("/ping/other")  # offered, declined: the graph's 404
+    assert offered == [("GET", "/ping"), ("GET", "/ping"), ("GET", "/ping/other")]
