@@ -204,8 +204,12 @@ _VERSIONED = re.compile(r"^(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/
 
 
 @lru_cache(maxsize=4096)  # clients repeat their paths: parsed once each (short ones)
-def _route_of(sub: str) -> tuple[str, str] | None:
-    """``(route key, operation)`` of ``<m>[/versions/<v>][/<op>]``; None when it is not one."""
+def _route_of(prefix: str, path: str) -> tuple[str, str] | None:
+    """``(route key, operation)`` of ``<prefix>/<m>[/versions/<v>][/<op>]``; ``("", "")``
+    when ``path`` names no model under ``prefix``; None when it is not a model path."""
+    sub = path[len(prefix) :].strip("/") if path.startswith(prefix) else ""
+    if not sub:
+        return "", ""
     match = _VERSIONED.match(sub)
     if match is None:
         return None
@@ -229,20 +233,19 @@ class ModelRouter(BaseModelRouter):
     def select(self, event: Event, path: str) -> tuple[str, Any, str] | None:
         """``(route key, route, operation path)``; None asks for the listing."""
         routes = self.routes  # read once: a runtime change swaps in a new table (the repository)
-        sub = path[len(self.url_prefix) :].strip("/") if path.startswith(self.url_prefix) else ""
-        if sub:
-            parsed = _route_of(sub) if len(sub) <= 256 else _route_of.__wrapped__(sub)
-            if parsed is None:
-                raise ModelNotFound(f"illegal path {path}")
-            key, op = parsed
-        elif path.startswith(self.url_prefix) and event.method == "GET":
-            return None
-        else:
+        prefix = self.url_prefix
+        parse = _route_of if len(path) <= 256 else _route_of.__wrapped__  # no long path cached
+        parsed = parse(prefix, path)
+        if parsed is None:
+            raise ModelNotFound(f"illegal path {path}")
+        key, op = parsed
+        if not key:  # no model in the path: the listing (GET), else the body's model
+            if path.startswith(prefix) and event.method == "GET":
+                return None
             if not routes:
                 raise ModelNotFound("no models are served")
             body = event.body if isinstance(event.body, dict) else {}
             key = str(body.get("model") or next(iter(routes)))
-            op = ""
         route = routes.get(key)
         if route is None:  # an unversioned name of versioned routes, or none served
             key = self.resolve_key(key, routes)

@@ -526,14 +526,18 @@ async def encode_response_async(response: Response) -> Response:
     return encode_response(response)
 
 
-def _is_big(body: Any) -> bool:
-    outputs = body.get("outputs") if isinstance(body, dict) else None
+def _is_big(body: dict[str, Any]) -> bool:
+    outputs = body.get("outputs")
     if not isinstance(outputs, list):
         return False
     for obj in outputs:
-        data = obj.get("data") if isinstance(obj, dict) else None
-        if isinstance(data, np.ndarray) or (isinstance(data, list) and len(data) > 4096):
-            return True
+        if isinstance(obj, dict):
+            data = obj.get("data")
+            if isinstance(data, list):
+                if len(data) > 4096:
+                    return True
+            elif isinstance(data, np.ndarray):
+                return True
     return False
 
 

@@ -363,11 +363,6 @@ class _Deadlines:
         self.expired: set[asyncio.Task[Any]] = set()
         self.timer: asyncio.TimerHandle | None = None
 
-    def add(self, task: asyncio.Task[Any], seconds: float) -> None:
-        self.tasks[task] = self.loop.time() + seconds
-        if self.timer is None:
-            self.timer = self.loop.call_later(SWEEP_SECONDS, self.sweep)
-
     def sweep(self) -> None:
         now = self.loop.time()
         for task, deadline in list(self.tasks.items()):
@@ -406,9 +401,12 @@ async def with_timeout(awaitable: Any, seconds: float) -> Any:
     if task is None:
         return await awaitable
     deadlines = _deadlines_of(task.get_loop())
-    if task in deadlines.tasks:
+    tasks = deadlines.tasks
+    if task in tasks:
         return await awaitable
-    deadlines.add(task, seconds)
+    tasks[task] = deadlines.loop.time() + seconds
+    if deadlines.timer is None:
+        deadlines.timer = deadlines.loop.call_later(SWEEP_SECONDS, deadlines.sweep)
     try:
         return await awaitable
     except asyncio.CancelledError:
