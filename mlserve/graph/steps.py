@@ -292,6 +292,14 @@ class TaskStep(BaseStep):
         if self._object is not None and hasattr(self._object, "post_init"):
             self._object.post_init(mode)
         self._run_sync, self._call = step_calls(self, self._object, namespace, context)
+        self._bind()
+
+    def _bind(self) -> None:
+        """From now on ``run`` and ``run_async`` are the object's own calls: an event
+        goes through no frame of the step's (unless a subclass has its own)."""
+        cls = type(self)
+        if cls.run is TaskStep.run and cls.run_async is TaskStep.run_async:
+            self.run, self.run_async = self._run_sync, self._call  # type: ignore[method-assign]
 
     async def run_async(self, event: Event) -> Event:
         assert self._call is not None, f"step '{self.name}' is not initialised"
@@ -448,6 +456,7 @@ class RouterStep(TaskStep):
         self._object.post_init(mode)
         self._call = self._object.do_event_async
         self._run_sync = self._object.do_event
+        self._bind()
 
     def iter_models(self) -> Iterator[Any]:
         live = getattr(self._object, "iter_models", None)
