@@ -70,8 +70,8 @@ class SyncStepCall:
 
     The rule is a light model's (``InlineRule``, bounded by ``--inline-predict-us``):
     its first calls are timed on threads; when their median CPU time is under the
-    bound and none waited, later calls run on the loop, and the first that turns
-    slow sends the step back to threads for good.
+    bound and none waited, later calls run on the loop, and one that turns slow sends
+    the step back to threads, where it is measured again (a few times, then for good).
     """
 
     def __init__(self, fn: SyncCall, context: Any, name: str | None) -> None:

@@ -136,12 +136,14 @@ def server_limits(args: argparse.Namespace) -> ServerLimits:
         raise SystemExit(f"mlserve serve: {exc}") from None
 
 
-# Calls a sync model makes on its threads, timed, before it may run on the loop; and how
+# Calls a sync model makes on its threads, timed, before it may run on the loop; how
 # many times the inline bound one call on the loop may take before the model goes back
-# to its threads for good.
+# to its threads; and how many times it is measured there again (a stall may be the
+# machine's: a busy host, the GIL handed to another thread) before it stays for good.
 WARM_CALLS = 8  # first calls pay for lazy imports and cold caches: not counted
 LEARN_CALLS = 32
 STALL_FACTOR = 50
+RELEARNS = 3
 
 
 class _GcClock:
@@ -169,14 +171,17 @@ _gc_clock = _GcClock()
 
 
 class InlineRule:
-    """Whether sync user code runs on the event loop: measured, then demoted for good.
+    """Whether sync user code runs on the event loop: measured, and measured again.
 
     A model's (ModelGate) or a sync flow step's first calls run on threads and are
     timed (``threaded``); once their median CPU time is under ``inline_ns`` and none
-    waited, ``inline`` turns on and its calls run on the loop (``run_inline``). The
-    first inline call that takes ``STALL_FACTOR`` times the bound, computing or
-    waiting, turns it off for good. Time the process spent collecting garbage
-    meanwhile is not counted: a full collection would make any call look slow.
+    waited, ``inline`` turns on and its calls run on the loop (``run_inline``). An
+    inline call that takes ``STALL_FACTOR`` times the bound, computing or waiting,
+    turns it off: the calls go back to threads, where they are timed again (a code
+    that has turned slow stays there; a stall that was the machine's, not the code's,
+    costs only those timed calls), ``RELEARNS`` times at most, then for good. Time the
+    process spent collecting garbage meanwhile is not counted: a full collection
+    would make any call look slow.
     """
 
     what = "model"  # for the log
@@ -188,6 +193,7 @@ class InlineRule:
         self.what = what
         self._learnt = False
         self._samples: list[tuple[int, int]] = []
+        self.stalls = 0
 
     def run_inline(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run sync ``fn(*args)`` here, on the loop (only while ``inline``), as on a
@@ -208,21 +214,26 @@ class InlineRule:
                     self._stalled(took - collected, before, collected)
 
     def _stalled(self, took: int, before: Any, collected: int) -> None:
-        """A long call on the loop: if the code made it long (it computed, or it
-        blocked: I/O, a sleep, a lock), it goes back to threads for good; if the
-        machine did (another process had the core), it stays."""
+        """A long call on the loop: if it computed or blocked (I/O, a sleep, a lock, or
+        the GIL handed to another thread) it goes back to threads, to be timed again
+        (``RELEARNS`` times, then for good); if another process had the core, it stays."""
         after = resource.getrusage(resource.RUSAGE_THREAD)
         cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         blocked = after.ru_nvcsw > before.ru_nvcsw  # voluntary switches: it waited
         if cpu * 1e9 - collected <= self.inline_ns * STALL_FACTOR and not blocked:
             return
         self.inline = False
-        self.inline_ns = 0  # never again
+        self.stalls += 1
+        if self.stalls > RELEARNS:
+            self.inline_ns = 0  # never again
+        else:
+            self._learnt, self._samples = False, []  # timed on threads again
         logger.info(
-            "%s %s: a call took %.1f ms on the event loop: it runs on threads from now on",
+            "%s %s: a call took %.1f ms on the event loop: it runs on threads %s",
             self.what,
             self.name,
             took / 1e6,
+            "from now on" if self.inline_ns == 0 else "and is measured again",
         )
 
     def threaded(self, call: Callable[[], Any]) -> Callable[[], Any]:
@@ -271,9 +282,10 @@ class ModelGate(InlineRule):
     tens of microseconds) and they do not wait on I/O, the hop to a thread and back
     costs more than the call itself, and the GIL serialises the two anyway, so its
     calls run inline on the event loop (``inline``). Such a call holds the loop no
-    longer than a request's parse does; the first inline call that takes
-    ``STALL_FACTOR`` times the bound, computing or waiting, sends the model back to
-    its threads for good, so a model that turns slow stalls the loop at most once.
+    longer than a request's parse does; an inline call that takes ``STALL_FACTOR``
+    times the bound, computing or waiting, sends the model back to its threads to be
+    measured again (``InlineRule``), so a model that turns slow stalls the loop at most
+    ``RELEARNS + 1`` times.
     """
 
     concurrency: int
@@ -284,6 +296,7 @@ class ModelGate(InlineRule):
     name: str = ""  # the model's, for the log
     _learnt: bool = field(default=False, init=False, repr=False)
     _samples: list[tuple[int, int]] = field(default_factory=list, init=False, repr=False)
+    stalls: int = field(default=0, init=False, repr=False)
     _pool: WorkerPool = field(init=False, repr=False)
     _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
 
