@@ -372,16 +372,9 @@ class GraphServer:
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
         target, _, query = path.partition("?")
-        event = Event(
-            body=body,
-            content_type=content_type,
-            headers=headers,
-            method=method or None,
-            path=unquote(target) if "%" in target else target,  # as an ASGI server hands it over
-            event_id=event_id,
-            trigger=trigger,
-            query=query,
-        )
+        path = unquote(target) if "%" in target else target  # as an ASGI server hands it over
+        # (positional: a call's keyword names cost a lookup each)
+        event = Event(body, content_type, headers, method, path, event_id, trigger, None, None, query)
         refused = target_error(target.encode(), event.path)  # as the faces
         if refused is not None:
             response, from_step = self.error_response(InvalidInput(refused)), False
