@@ -373,8 +373,8 @@ class GraphServer:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
         target, _, query = path.partition("?")
         path = unquote(target) if "%" in target else target  # as an ASGI server hands it over
-        # (positional: a call's keyword names cost a lookup each)
-        event = Event(body, content_type, headers, method, path, event_id, trigger, None, None, query)
+        # positional: a call's keyword names cost a lookup each
+        event = Event(body, content_type, headers, method, path, event_id, trigger, query=query)
         refused = target_error(target.encode(), event.path)  # as the faces
         if refused is not None:
             response, from_step = self.error_response(InvalidInput(refused)), False
