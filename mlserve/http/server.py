@@ -81,7 +81,9 @@ def response_bytes(response: Response, keep_alive: bool, head_only: bool) -> byt
     status = response.status_code
     if keep_alive and not head_only and not response.headers and status not in _NO_BODY_STATUS:
         # the common answer: its cached head, the length and the body in one formatting
-        return b"%s%d\r\n\r\n%s" % (_head(status, response.content_type), len(body), body)
+        content_type = response.content_type
+        head = _heads.get((status, content_type)) or _head(status, content_type)
+        return b"%s%d\r\n\r\n%s" % (head, len(body), body)
     parts = [_head(status, response.content_type)]
     if status not in _NO_BODY_STATUS:
         parts.append(b"%d\r\n" % len(body))
@@ -100,6 +102,11 @@ def closing_bytes(response: Response) -> bytes:
     return response_bytes(encode_response(response), keep_alive=False, head_only=False)
 
 
+def _size(lines: list[tuple[bytes, bytes]]) -> int:
+    """The bytes of header lines as the limit counts them (name, value, ": " and CRLF)."""
+    return sum(len(name) + len(value) + 4 for name, value in lines)
+
+
 def request_path(url: bytes) -> str:
     """The decoded path of a request target, without its query."""
     if not url.startswith(b"/"):
@@ -113,13 +120,24 @@ class _Head:
     lines request after request (the same body size), so each connection keeps the
     last head it decoded and reuses it while the lines repeat."""
 
-    __slots__ = ("raw", "headers", "content_type", "has_body", "authorization", "expects_continue")
+    __slots__ = (
+        "raw",
+        "headers",
+        "content_type",
+        "has_body",
+        "streamed",
+        "gated",
+        "authorization",
+        "expects_continue",
+    )
 
     def __init__(
         self,
         raw: list[tuple[bytes, bytes]] | None,
         headers: dict[str, str],
         has_body: bool,
+        streamed: bool,
+        gated: bool,
         authorization: str,
         expects_continue: bool,
     ) -> None:
@@ -127,21 +145,32 @@ class _Head:
         self.headers = headers  # copied for each Event: a step may change its own
         self.content_type = headers.get("content-type", "")
         self.has_body = has_body
+        self.streamed = streamed  # no declared length: the body is counted as it comes
+        self.gated = gated  # credentials or a Content-Encoding: the gate sees each request
         self.authorization = authorization
         self.expects_continue = expects_continue
 
 
-_NO_HEAD = _Head(None, {}, False, "", False)
+_NO_HEAD = _Head(None, {}, False, True, True, "", False)
 
-# (method, request target) -> (method, path, decoded path, query) of a target that passed
-# the gate's target and method checks: clients ask the same few URLs again and again.
-_Target = tuple[str, bytes, str, str]
+# (method, request target) -> (method, the Event's method, HEAD, raw path, path, query) of
+# a target that passed the gate's target and method checks: clients ask the same few URLs.
+_Target = tuple[str, str, bool, bytes, str, str]
 _MAX_TARGETS = 256
 
 
-def _target(method: bytes, url: bytes) -> _Target:
+def _target(method_bytes: bytes, url: bytes) -> _Target:
+    method = method_bytes.decode("ascii")
     path, _, query = url.partition(b"?")
-    return method.decode("ascii"), path, request_path(url), query.decode("latin-1")
+    head_only = method == "HEAD"  # HEAD answers as GET, without the body
+    return (
+        method,
+        "GET" if head_only else method,
+        head_only,
+        path,
+        request_path(url),
+        query.decode("latin-1"),
+    )
 
 
 class HTTPProtocol(asyncio.Protocol):
@@ -171,7 +200,6 @@ class HTTPProtocol(asyncio.Protocol):
         self.continue_pending = False
         self.idle_since = self.loop.time()
         self.head_since: float | None = None  # when the head now being read began
-        self.header_bytes = 0
         self.body_bytes = 0
         self.refusal: bytes | None = None
 
@@ -199,9 +227,17 @@ class HTTPProtocol(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             pass  # no protocol upgrades: the request was answered as a plain one
         except httptools.HttpParserError:
-            self.closing = True
-            self.head_since = None
-            self._enqueue((self.refusal or _BAD_REQUEST, False, False))
+            self._close_with(self.refusal or _BAD_REQUEST)
+            return
+        if self.head_since is not None and _size(self.headers) > self.max_header_bytes:
+            # a head still coming in, over the limit already (a whole one: on_headers_complete)
+            self._close_with(closing_bytes(self._headers_too_large()))
+
+    def _close_with(self, refusal: bytes) -> None:
+        """Read no more: answer the requests before it, then ``refusal``, then close."""
+        self.closing = True
+        self.head_since = None
+        self._enqueue((refusal, False, False))
 
     def pause_writing(self) -> None:
         self.transport.pause_reading()
@@ -225,7 +261,6 @@ class HTTPProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.url = b""
         self.headers = []
-        self.header_bytes = 0
         self.body_bytes = 0
         self.head_since = self.idle_since  # the head began in the data being fed now
 
@@ -238,12 +273,13 @@ class HTTPProtocol(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         headers = self.headers
         headers.append((name, value))
-        self.header_bytes += len(name) + len(value) + 4
-        if self.header_bytes > self.max_header_bytes or len(headers) > self.max_headers:
-            message = (
-                f"request headers exceed {self.max_headers} fields or {self.max_header_bytes} bytes"
-            )
-            self.refuse(Response({"error": message}, 431))
+        # their bytes are summed after each read (data_received) and for a whole new head
+        if len(headers) > self.max_headers:
+            self.refuse(self._headers_too_large())
+
+    def _headers_too_large(self) -> Response:
+        limits = f"{self.max_headers} fields or {self.max_header_bytes} bytes"
+        return Response({"error": f"request headers exceed {limits}"}, 431)
 
     def on_headers_complete(self) -> None:
         self.head_since = None
@@ -261,10 +297,15 @@ class HTTPProtocol(asyncio.Protocol):
                 self.transport.write(_CONTINUE)
 
     def _read_head(self, raw: list[tuple[bytes, bytes]]) -> _Head:
-        """The header lines decoded; a declared body over the limit is refused."""
+        """The header lines decoded; lines over the size limit, or a declared body
+        over the body limit, are refused."""
+        if _size(raw) > self.max_header_bytes:
+            self.refuse(self._headers_too_large())
         limit = self.max_body_bytes
         headers: dict[str, str] = {}
         has_body = False
+        declared = False
+        chunked = False
         authorization = ""
         expects_continue = False
         for name, value in raw:
@@ -274,24 +315,27 @@ class HTTPProtocol(asyncio.Protocol):
                 if int(value) > limit:
                     self.refuse(gate.too_large(limit))
                 has_body = has_body or int(value) > 0
+                declared = True
             elif key == "transfer-encoding":
-                has_body = True
+                has_body = chunked = True
             elif key == "authorization":
                 authorization = text
             elif key == "expect":
                 expects_continue = expects_continue or value.lower() == b"100-continue"
-        return _Head(raw, headers, has_body, authorization, expects_continue)
+        gated = self.auth_enabled or "content-encoding" in headers
+        streamed = chunked or not declared
+        return _Head(raw, headers, has_body, streamed, gated, authorization, expects_continue)
 
     def on_body(self, body: bytes) -> None:
-        self.body_bytes += len(body)
-        if self.body_bytes > self.max_body_bytes:  # chunked: counted as it streams
-            self.refuse(gate.too_large(self.max_body_bytes))
+        if self.head.streamed:  # chunked: counted as it comes (a declared length was checked)
+            self.body_bytes += len(body)
+            if self.body_bytes > self.max_body_bytes:
+                self.refuse(gate.too_large(self.max_body_bytes))
         self.body.append(body)
 
     def on_message_complete(self) -> None:
         self.continue_pending = False
-        chunks = self.body
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        body = b"".join(self.body)  # one chunk: that very bytes object
         self.body = []  # the chunks are not kept beside the joined body
         parser = self.parser
         keep_alive = parser.should_keep_alive()
@@ -301,30 +345,31 @@ class HTTPProtocol(asyncio.Protocol):
         headers = head.headers.copy()
         key = (parser.get_method(), self.url)
         known = self.targets.get(key)
-        method, raw_path, path, query = known or _target(*key)
+        target = known or _target(*key)
+        method, event_method, head_only, raw_path, path, query = target
         # a known target passed the target and method checks: only credentials and the
         # body's encoding are left to check, and only when there are any
-        if known is None or self.auth_enabled or "content-encoding" in headers:
+        if known is None or head.gated:
             refused = gate.admit(self.settings, method, raw_path, path, headers)
             if refused is not None:
-                self._enqueue((refused, keep_alive, method == "HEAD"))
+                self._enqueue((refused, keep_alive, head_only))
                 return
             if known is None and not query:
-                self._remember(key, (method, raw_path, path, query))
+                self._remember(key, target)
         event = Event(
             body=body or None,
             content_type=head.content_type,
             headers=headers,
-            method="GET" if method == "HEAD" else method,  # HEAD answers as GET, without the body
+            method=event_method,
             path=path,
             trigger=_HTTP_TRIGGER,
             query=query,
         )
         if self.busy:
-            self._enqueue((event, keep_alive, method == "HEAD"))
+            self._enqueue((event, keep_alive, head_only))
         else:  # nothing before it: answered now (what ``_enqueue`` and ``_start`` would do)
             self.busy = True
-            self.loop.create_task(self._answer(event, keep_alive, method == "HEAD"))
+            self.loop.create_task(self._answer(event, keep_alive, head_only))
 
     def _remember(self, key: tuple[bytes, bytes], target: _Target) -> None:
         """Cache an admitted target (bounded: a client that invents URLs empties it)."""
