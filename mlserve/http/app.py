@@ -9,13 +9,19 @@ passes them on).
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Any
 
 from mlserve.http import gate
 from mlserve.http.settings import FaceSettings
 from mlserve.protocol.errors import MLServeError, PayloadTooLarge
 from mlserve.server.events import Event, Response, Trigger
-from mlserve.server.graph_server import GraphServer, encode_response, encode_response_async
+from mlserve.server.graph_server import (
+    GraphServer,
+    encode_response,
+    encode_response_async,
+    encodes_off_loop,
+)
 
 __all__ = ["create_app"]
 
@@ -23,11 +29,17 @@ logger = logging.getLogger("mlserve.http")
 
 Scope = dict[str, Any]
 _HTTP_TRIGGER = Trigger(kind="http", name="http")
+# Request targets (method, raw path, path) that passed the gate's target and method
+# checks, which depend on nothing else: clients ask the same few URLs again and again.
+# Bounded: a client that invents URLs only empties it.
+_Admitted = set[tuple[str, bytes, str]]
+_MAX_TARGETS = 256
 
 
 def create_app(server: GraphServer, settings: FaceSettings | None = None) -> Any:
     """An ASGI application serving ``server`` (already initialised)."""
     settings = settings or FaceSettings()
+    admitted: _Admitted = set()
 
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -35,9 +47,10 @@ def create_app(server: GraphServer, settings: FaceSettings | None = None) -> Any
             return
         if scope["type"] != "http":
             return
-        response = await _answer(server, settings, scope, receive)
+        response = await _answer(server, settings, admitted, scope, receive)
         headers = [(b"content-type", response.content_type.encode())]
-        headers += [(k.lower().encode(), str(v).encode()) for k, v in response.headers.items()]
+        if response.headers:
+            headers += [(k.lower().encode(), str(v).encode()) for k, v in response.headers.items()]
         headers.append((b"content-length", b"%d" % len(response.body)))
         if response.status_code == 413:  # the body was left unread: the connection cannot go on
             headers.append((b"connection", b"close"))
@@ -49,26 +62,34 @@ def create_app(server: GraphServer, settings: FaceSettings | None = None) -> Any
     return app
 
 
-def _head_refusal(settings: FaceSettings, scope: Scope) -> Response | None:
+def _head_refusal(settings: FaceSettings, scope: Scope, raw_path: bytes) -> Response | None:
     """414/431 for a head over the limits (uvicorn has parsed it already)."""
-    raw_path = scope.get("raw_path") or scope["path"].encode()
     target = len(raw_path) + len(scope.get("query_string", b""))
     if target > settings.max_url_bytes:
         return Response({"error": f"the URL exceeds {settings.max_url_bytes} bytes"}, 414)
-    size = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
-    if len(scope["headers"]) > settings.max_headers or size > settings.max_header_bytes:
+    lines = scope["headers"]
+    size = sum(map(len, chain.from_iterable(lines))) + 4 * len(lines)  # names, values, ": ", CRLF
+    if len(lines) > settings.max_headers or size > settings.max_header_bytes:
         return Response({"error": "request headers exceed the limits"}, 431)
     return None
 
 
 async def _answer(
-    server: GraphServer, settings: FaceSettings, scope: Scope, receive: Any
+    server: GraphServer, settings: FaceSettings, admitted: _Admitted, scope: Scope, receive: Any
 ) -> Response:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     raw_path = scope.get("raw_path") or scope["path"].encode()
-    refused = _head_refusal(settings, scope) or gate.admit(
-        settings, scope["method"], raw_path, scope["path"], headers
-    )
+    refused = _head_refusal(settings, scope, raw_path)
+    if refused is None:
+        target = (scope["method"], raw_path, scope["path"])
+        # a known target passed the target and method checks: only credentials and the
+        # body's encoding are left to check, and only when there are any
+        if target not in admitted or settings.auth_enabled or "content-encoding" in headers:
+            refused = gate.admit(settings, *target, headers)
+            if refused is None:
+                if len(admitted) >= _MAX_TARGETS:
+                    admitted.clear()
+                admitted.add(target)
     if refused is not None:
         return encode_response(refused)
     try:
@@ -79,26 +100,26 @@ async def _answer(
             )
     except MLServeError as exc:
         return encode_response(server.error_response(exc))
-    response = await encode_response_async(await server.run_async(event))
-    return await gate.compress_async(response, headers.get("accept-encoding", ""))
+    response = await server.run_async(event)
+    if encodes_off_loop(response):
+        response = await encode_response_async(response)
+    else:
+        response = encode_response(response)
+    if "accept-encoding" not in headers:
+        return response
+    return await gate.compress_async(response, headers["accept-encoding"])
 
 
 async def _to_event(scope: Scope, receive: Any, headers: dict[str, str], limit: int) -> Event:
     length = headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
-    chunks = []
-    size = 0
-    more = True
-    while more:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:  # chunked: counted as it streams
-            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-        more = message.get("more_body", False)
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    message = await receive()
+    body = message.get("body", b"")
+    if len(body) > limit:
+        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    if message.get("more_body", False):
+        body = await _rest_of_body(receive, body, limit)
     return Event(
         body=body or None,
         content_type=headers.get("content-type", ""),
@@ -108,6 +129,22 @@ async def _to_event(scope: Scope, receive: Any, headers: dict[str, str], limit: 
         trigger=_HTTP_TRIGGER,
         query=scope.get("query_string", b"").decode("latin-1"),
     )
+
+
+async def _rest_of_body(receive: Any, first: bytes, limit: int) -> bytes:
+    """A body sent in several messages (chunked): counted against ``limit`` as it comes."""
+    chunks = [first]
+    size = len(first)
+    more = True
+    while more:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
 
 
 async def _lifespan(server: GraphServer, receive: Any, send: Any) -> None:

@@ -79,6 +79,11 @@ def response_bytes(response: Response, keep_alive: bool, head_only: bool) -> byt
     """An encoded Response (bytes body) as it goes on the wire."""
     body = response.body
     status = response.status_code
+    if keep_alive and not head_only and not response.headers and status not in _NO_BODY_STATUS:
+        # the common answer: its cached head, the length and the body in one formatting
+        content_type = response.content_type
+        head = _heads.get((status, content_type)) or _head(status, content_type)
+        return b"%s%d\r\n\r\n%s" % (head, len(body), body)
     parts = [_head(status, response.content_type)]
     if status not in _NO_BODY_STATUS:
         parts.append(b"%d\r\n" % len(body))
@@ -97,6 +102,11 @@ def closing_bytes(response: Response) -> bytes:
     return response_bytes(encode_response(response), keep_alive=False, head_only=False)
 
 
+def _size(lines: list[tuple[bytes, bytes]]) -> int:
+    """The bytes of header lines as the limit counts them (name, value, ": " and CRLF)."""
+    return sum(len(name) + len(value) + 4 for name, value in lines)
+
+
 def request_path(url: bytes) -> str:
     """The decoded path of a request target, without its query."""
     if not url.startswith(b"/"):
@@ -105,18 +115,83 @@ def request_path(url: bytes) -> str:
     return unquote(path) if "%" in path else path
 
 
+class _Head:
+    """A request's header lines, decoded once. A keep-alive client sends the same
+    lines request after request (the same body size), so each connection keeps the
+    last head it decoded and reuses it while the lines repeat."""
+
+    __slots__ = (
+        "raw",
+        "headers",
+        "content_type",
+        "has_body",
+        "streamed",
+        "gated",
+        "authorization",
+        "expects_continue",
+    )
+
+    def __init__(
+        self,
+        raw: list[tuple[bytes, bytes]] | None,
+        headers: dict[str, str],
+        has_body: bool,
+        streamed: bool,
+        gated: bool,
+        authorization: str,
+        expects_continue: bool,
+    ) -> None:
+        self.raw = raw
+        self.headers = headers  # copied for each Event: a step may change its own
+        self.content_type = headers.get("content-type", "")
+        self.has_body = has_body
+        self.streamed = streamed  # no declared length: the body is counted as it comes
+        self.gated = gated  # credentials or a Content-Encoding: the gate sees each request
+        self.authorization = authorization
+        self.expects_continue = expects_continue
+
+
+_NO_HEAD = _Head(None, {}, False, True, True, "", False)
+
+# (method, request target) -> (method, the Event's method, HEAD, raw path, path, query) of
+# a target that passed the gate's target and method checks: clients ask the same few URLs.
+_Target = tuple[str, str, bool, bytes, str, str]
+_MAX_TARGETS = 256
+
+
+def _target(method_bytes: bytes, url: bytes) -> _Target:
+    method = method_bytes.decode("ascii")
+    path, _, query = url.partition(b"?")
+    head_only = method == "HEAD"  # HEAD answers as GET, without the body
+    return (
+        method,
+        "GET" if head_only else method,
+        head_only,
+        path,
+        request_path(url),
+        query.decode("latin-1"),
+    )
+
+
 class HTTPProtocol(asyncio.Protocol):
     """One connection: parse requests, answer them one at a time, in order."""
 
     def __init__(self, owner: HTTPServer) -> None:
         self.owner = owner
-        self.settings = owner.settings
+        self.settings = settings = owner.settings
+        self.auth_enabled = settings.auth_enabled
+        self.max_url_bytes = settings.max_url_bytes
+        self.max_headers = settings.max_headers
+        self.max_header_bytes = settings.max_header_bytes
+        self.max_body_bytes = settings.max_body_bytes
+        self.targets = owner.targets
         self.server = owner.graph_server
         self.loop = owner.loop
         self.parser = httptools.HttpRequestParser(self)
         self.transport: Any = None
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
+        self.head = _NO_HEAD
         self.body: list[bytes] = []
         self.queue: deque[tuple[Event | Response | bytes, bool, bool]] = deque()
         self.busy = False  # a request is being answered
@@ -125,7 +200,6 @@ class HTTPProtocol(asyncio.Protocol):
         self.continue_pending = False
         self.idle_since = self.loop.time()
         self.head_since: float | None = None  # when the head now being read began
-        self.header_bytes = 0
         self.body_bytes = 0
         self.refusal: bytes | None = None
 
@@ -153,9 +227,17 @@ class HTTPProtocol(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             pass  # no protocol upgrades: the request was answered as a plain one
         except httptools.HttpParserError:
-            self.closing = True
-            self.head_since = None
-            self._enqueue((self.refusal or _BAD_REQUEST, False, False))
+            self._close_with(self.refusal or _BAD_REQUEST)
+            return
+        if self.head_since is not None and _size(self.headers) > self.max_header_bytes:
+            # a head still coming in, over the limit already (a whole one: on_headers_complete)
+            self._close_with(closing_bytes(self._headers_too_large()))
+
+    def _close_with(self, refusal: bytes) -> None:
+        """Read no more: answer the requests before it, then ``refusal``, then close."""
+        self.closing = True
+        self.head_since = None
+        self._enqueue((refusal, False, False))
 
     def pause_writing(self) -> None:
         self.transport.pause_reading()
@@ -179,89 +261,121 @@ class HTTPProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.url = b""
         self.headers = []
-        self.body = []
-        self.header_bytes = 0
         self.body_bytes = 0
-        self.head_since = self.loop.time()
+        self.head_since = self.idle_since  # the head began in the data being fed now
 
     def on_url(self, url: bytes) -> None:
         self.url += url
-        if len(self.url) > self.settings.max_url_bytes:
-            limit = self.settings.max_url_bytes
+        if len(self.url) > self.max_url_bytes:
+            limit = self.max_url_bytes
             self.refuse(Response({"error": f"the URL exceeds {limit} bytes"}, 414))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-        self.header_bytes += len(name) + len(value) + 4
-        settings = self.settings
-        too_big = self.header_bytes > settings.max_header_bytes
-        if too_big or len(self.headers) > settings.max_headers:
-            message = (
-                f"request headers exceed {settings.max_headers} fields"
-                f" or {settings.max_header_bytes} bytes"
-            )
-            self.refuse(Response({"error": message}, 431))
+        headers = self.headers
+        headers.append((name, value))
+        # their bytes are summed after each read (data_received) and for a whole new head
+        if len(headers) > self.max_headers:
+            self.refuse(self._headers_too_large())
+
+    def _headers_too_large(self) -> Response:
+        limits = f"{self.max_headers} fields or {self.max_header_bytes} bytes"
+        return Response({"error": f"request headers exceed {limits}"}, 431)
 
     def on_headers_complete(self) -> None:
         self.head_since = None
-        limit = self.settings.max_body_bytes
-        has_body = False
-        authorization = ""
-        expects_continue = False
-        for name, value in self.headers:
-            name = name.lower()
-            if name == b"content-length" and value.strip().isdigit():
-                if int(value) > limit:
-                    self.refuse(gate.too_large(limit))
-                has_body = has_body or int(value) > 0
-            elif name == b"transfer-encoding":
-                has_body = True
-            elif name == b"authorization":
-                authorization = value.decode("latin-1")
-            elif name == b"expect":
-                expects_continue = expects_continue or value.lower() == b"100-continue"
-        if has_body and self.settings.auth_enabled:  # no body is buffered for a stranger
-            refused = gate.authorize(self.settings, request_path(self.url), authorization)
+        head = self.head
+        if self.headers != head.raw:  # else the lines the last request sent: decoded already
+            head = self.head = self._read_head(self.headers)
+        if head.has_body and self.auth_enabled:  # no body is buffered for a stranger
+            refused = gate.authorize(self.settings, request_path(self.url), head.authorization)
             if refused is not None:
                 self.refuse(refused)
-        if expects_continue:
+        if head.expects_continue:
             if self.busy:
                 self.continue_pending = True  # written when the answers before it are out
             else:
                 self.transport.write(_CONTINUE)
 
+    def _read_head(self, raw: list[tuple[bytes, bytes]]) -> _Head:
+        """The header lines decoded; lines over the size limit, or a declared body
+        over the body limit, are refused."""
+        if _size(raw) > self.max_header_bytes:
+            self.refuse(self._headers_too_large())
+        limit = self.max_body_bytes
+        headers: dict[str, str] = {}
+        has_body = False
+        declared = False
+        chunked = False
+        authorization = ""
+        expects_continue = False
+        for name, value in raw:
+            key = name.decode("latin-1").lower()
+            headers[key] = text = value.decode("latin-1")
+            if key == "content-length" and value.strip().isdigit():
+                if int(value) > limit:
+                    self.refuse(gate.too_large(limit))
+                has_body = has_body or int(value) > 0
+                declared = True
+            elif key == "transfer-encoding":
+                has_body = chunked = True
+            elif key == "authorization":
+                authorization = text
+            elif key == "expect":
+                expects_continue = expects_continue or value.lower() == b"100-continue"
+        gated = self.auth_enabled or "content-encoding" in headers
+        streamed = chunked or not declared
+        return _Head(raw, headers, has_body, streamed, gated, authorization, expects_continue)
+
     def on_body(self, body: bytes) -> None:
-        self.body_bytes += len(body)
-        if self.body_bytes > self.settings.max_body_bytes:  # chunked: counted as it streams
-            self.refuse(gate.too_large(self.settings.max_body_bytes))
+        if self.head.streamed:  # chunked: counted as it comes (a declared length was checked)
+            self.body_bytes += len(body)
+            if self.body_bytes > self.max_body_bytes:
+                self.refuse(gate.too_large(self.max_body_bytes))
         self.body.append(body)
 
     def on_message_complete(self) -> None:
         self.continue_pending = False
-        chunks = self.body
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        body = b"".join(self.body)  # one chunk: that very bytes object
         self.body = []  # the chunks are not kept beside the joined body
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.headers}
-        method = self.parser.get_method().decode("ascii")
-        target, _, query = self.url.partition(b"?")
-        path = request_path(self.url)
-        keep_alive = self.parser.should_keep_alive()
+        parser = self.parser
+        keep_alive = parser.should_keep_alive()
         if not keep_alive:
             self.closing = True
-        refused = gate.admit(self.settings, method, target, path, headers)
-        if refused is not None:
-            self._enqueue((refused, keep_alive, method == "HEAD"))
-            return
+        head = self.head
+        headers = head.headers.copy()
+        key = (parser.get_method(), self.url)
+        known = self.targets.get(key)
+        target = known or _target(*key)
+        method, event_method, head_only, raw_path, path, query = target
+        # a known target passed the target and method checks: only credentials and the
+        # body's encoding are left to check, and only when there are any
+        if known is None or head.gated:
+            refused = gate.admit(self.settings, method, raw_path, path, headers)
+            if refused is not None:
+                self._enqueue((refused, keep_alive, head_only))
+                return
+            if known is None and not query:
+                self._remember(key, target)
         event = Event(
             body=body or None,
-            content_type=headers.get("content-type", ""),
+            content_type=head.content_type,
             headers=headers,
-            method="GET" if method == "HEAD" else method,  # HEAD answers as GET, without the body
+            method=event_method,
             path=path,
             trigger=_HTTP_TRIGGER,
-            query=query.decode("latin-1") if query else "",
+            query=query,
         )
-        self._enqueue((event, keep_alive, method == "HEAD"))
+        if self.busy:
+            self._enqueue((event, keep_alive, head_only))
+        else:  # nothing before it: answered now (what ``_enqueue`` and ``_start`` would do)
+            self.busy = True
+            self.loop.create_task(self._answer(event, keep_alive, head_only))
+
+    def _remember(self, key: tuple[bytes, bytes], target: _Target) -> None:
+        """Cache an admitted target (bounded: a client that invents URLs empties it)."""
+        if len(self.targets) >= _MAX_TARGETS:
+            self.targets.clear()
+        self.targets[key] = target
 
     # ---- answering --------------------------------------------------------------------
 
@@ -285,28 +399,35 @@ class HTTPProtocol(asyncio.Protocol):
             self.loop.create_task(self._answer(event, keep_alive, head_only))
 
     async def _answer(self, event: Event, keep_alive: bool, head_only: bool) -> None:
+        headers = event.headers
         try:
-            response = await self._respond(event)
+            if "content-encoding" in headers and event.body:
+                response = await self._decoded_answer(event)
+            else:
+                response = await self.server.run_async(event)
+                if encodes_off_loop(response):
+                    response = await encode_response_async(response)
+                else:
+                    response = encode_response(response)
+                if "accept-encoding" in headers:
+                    response = await gate.compress_async(response, headers["accept-encoding"])
         except Exception:
             logger.exception("request %s %s failed", event.method, event.path)
             response = _SERVER_ERROR
         keep_alive = keep_alive and not (self.closing and not self.queue)
         self._finish(response_bytes(response, keep_alive, head_only), keep_alive)
 
-    async def _respond(self, event: Event) -> Response:
+    async def _decoded_answer(self, event: Event) -> Response:
+        """The answer to a body sent with a Content-Encoding: decoded first (a 400 or
+        413 when it cannot be), then answered as any other."""
         headers = event.headers
-        if "content-encoding" in headers and event.body:
-            try:
-                event.body = await gate.decode_body_async(
-                    event.body, headers["content-encoding"], self.settings.max_body_bytes
-                )
-            except MLServeError as exc:
-                return encode_response(self.server.error_response(exc))
-        response = await self.server.run_async(event)
-        if encodes_off_loop(response):
-            response = await encode_response_async(response)
-        else:
-            response = encode_response(response)
+        try:
+            event.body = await gate.decode_body_async(
+                event.body, headers["content-encoding"], self.max_body_bytes
+            )
+        except MLServeError as exc:
+            return encode_response(self.server.error_response(exc))
+        response = await encode_response_async(await self.server.run_async(event))
         if "accept-encoding" not in headers:
             return response
         return await gate.compress_async(response, headers["accept-encoding"])
@@ -339,6 +460,7 @@ class HTTPServer:
         self.graph_server = graph_server
         self.settings = settings or FaceSettings()
         self.connections: set[HTTPProtocol] = set()
+        self.targets: dict[tuple[bytes, bytes], _Target] = {}  # admitted request targets
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
+import select
 import socket
 import threading
 import time
@@ -36,6 +38,15 @@ class Wait(mlserve.V2ModelServer):
         return [_release.wait(30)]
 
 
+class Headers(mlserve.V2ModelServer):
+    """``/headers``: the headers of the request's Event, which it then changes."""
+
+    def op_headers(self, event: Any) -> Any:
+        seen = dict(event.headers)
+        event.headers["x-added-by-the-model"] = "1"
+        return seen
+
+
 class Running:
     """An HTTPServer on a uvloop loop in a thread, on a free port."""
 
@@ -43,6 +54,7 @@ class Running:
         fn = mlserve.new_function("http-server")
         fn.add_model("echo", class_name=Echo, model_path=".")
         fn.add_model("wait", class_name=Wait, model_path=".")
+        fn.add_model("headers", class_name=Headers, model_path=".")
         graph_server = fn.to_mock_server()
         self.http = HTTPServer(graph_server)
         self.port = free_port()
@@ -294,3 +306,71 @@ def test_asgi_face_under_uvicorn_serves_the_same() -> None:
         assert head.status_code == 200 and head.content == b""
     finally:
         assert served.stop() == 0
+
+
+def test_a_connection_whose_header_lines_change_is_answered_by_each_request_own(
+    server: Running,
+) -> None:
+    """The protocol reuses the decoded head while a connection repeats its lines:
+    every change (an encoding, an Expect, a header the model reads) must count."""
+    body = tensor(1, 2)
+    with connect(server) as sock:
+        reader = Reader(sock)
+        for _ in range(2):
+            sock.sendall(request("/v2/models/echo/infer", body))
+            status, _, answer = reader.response()
+            assert status == 200 and echoed(answer) == [1, 2]
+        packed = gzip.compress(tensor(3, 4))
+        sock.sendall(request("/v2/models/echo/infer", packed, headers="Content-Encoding: gzip\r\n"))
+        status, _, answer = reader.response()
+        assert status == 200 and echoed(answer) == [3, 4]
+        sock.sendall(request("/v2/models/echo/infer", body, headers="Content-Encoding: br\r\n"))
+        assert reader.response()[0] == 415
+        sock.sendall(request("/v2/models/echo/infer", body))
+        assert echoed(reader.response()[2]) == [1, 2]
+        head = request("/v2/models/echo/infer", body, headers="Expect: 100-continue\r\n")
+        sock.sendall(head[: -len(body)])
+        assert reader.response(head_only=True)[0] == 100
+        sock.sendall(body)
+        assert echoed(reader.response()[2]) == [1, 2]
+        for trace in ("a", "a", "b"):
+            traced = request("/v2/models/headers/headers", b"{}", headers=f"X-Trace: {trace}\r\n")
+            sock.sendall(traced)
+            seen = json.loads(reader.response()[2])
+            assert seen["x-trace"] == trace and seen["content-length"] == "2"
+            assert "x-added-by-the-model" not in seen  # each Event has headers of its own
+
+
+def test_a_target_answered_once_is_still_checked_for_other_methods(server: Running) -> None:
+    with connect(server) as sock:
+        reader = Reader(sock)
+        for _ in range(2):
+            sock.sendall(request("/v2/models/echo/infer", tensor(1)))
+            assert reader.response()[0] == 200
+            for method in ("GET", "DELETE"):
+                sock.sendall(request("/v2/models/echo/infer", method=method))
+                status, headers, answer = reader.response()
+                assert status == 405 and headers["allow"] == "POST", answer
+            sock.sendall(request("/v2/models/echo/../echo/infer", tensor(1)))
+            assert reader.response()[0] == 400
+            sock.sendall(request("/v2/health/live", method="HEAD"))
+            status, headers, _ = reader.response(head_only=True)
+            assert status == 200 and headers["content-length"] == "13"
+        sock.sendall(request("/v2/health/live", method="GET"))
+        assert reader.response()[2] == b'{"live":true}'  # nothing of the HEAD answers' bodies came
+
+
+def test_header_lines_over_the_size_limit_are_refused_before_the_head_ends(
+    server: Running,
+) -> None:
+    """Lines that come one read at a time are counted as they come (64 KiB by default)."""
+    with connect(server) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n")
+        for i in range(90):  # 90 lines of 1 KiB: the head would never end
+            sock.sendall(b"X-Filler-%02d: %s\r\n" % (i, b"v" * 1024))
+            if select.select([sock], [], [], 0.02)[0]:
+                break
+        status, headers, answer = Reader(sock).response()
+    assert i < 89 and status == 431 and headers["connection"] == "close"
+    assert b"65536 bytes" in answer
