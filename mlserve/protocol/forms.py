@@ -13,8 +13,15 @@ from typing import Any
 import numpy as np
 
 from mlserve.protocol.errors import InvalidInput
-from mlserve.protocol.fastjson import loads_tensors
-from mlserve.protocol.tensors import RAW, datatype_of, decode_tensor, encode_tensor
+from mlserve.protocol.fastjson import FAST_BYTES, loads_tensors
+from mlserve.protocol.tensors import (
+    RAW,
+    datatype_of,
+    decode_tensor,
+    encode_tensor,
+    loads,
+    plain_tensor,
+)
 
 __all__ = [
     "InferenceRequest",
@@ -30,6 +37,9 @@ __all__ = [
 
 JSON_TYPES = ("", "application/json", "text/json", "json")
 
+# The JSON content types as a client declares them: bad JSON under these is a 400.
+_DECLARED_JSON = frozenset(JSON_TYPES) - {""}
+
 _TENSOR_KEYS = ("name", "shape", "datatype")
 
 
@@ -39,6 +49,8 @@ def parse_json_body(body: Any, content_type: str) -> Any:
     Bad JSON is a 400 only when the content type says JSON; with no content
     type, and with any other content type, the raw body is kept.
     """
+    if type(body) is bytes and content_type in _DECLARED_JSON and len(body) < FAST_BYTES:
+        return loads(body)  # the common body: small, declared JSON (errors are loads' own)
     if not isinstance(body, (str, bytes, bytearray, memoryview)) or not is_json_type(content_type):
         return body
     try:
@@ -77,6 +89,14 @@ class InferenceRequest(dict[str, Any]):
 def decode_request(body: dict[str, Any]) -> dict[str, Any]:
     """The request predict sees: tensor form decoded, rows form as it came."""
     inputs = body.get("inputs")
+    first = inputs[0] if type(inputs) is list and inputs else None
+    if type(first) is list:
+        return body  # rows of values (mlrun's form): neither tensors nor meant as tensors
+    if type(first) is dict and len(inputs) == 1:
+        array = plain_tensor(first)
+        if array is not None:  # one common tensor: what the loop below gives, without its checks
+            _check_parameters(body)
+            return _request(body, inputs, {first["name"]: array}, array)
     if not is_tensor_inputs(inputs):
         if _meant_as_tensors(inputs):
             _check_tensor_keys(inputs)
@@ -88,10 +108,18 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
         if name in tensors:
             raise InvalidInput(f"input '{name}' is given twice")
         tensors[name] = decode_tensor(obj)
+    value = next(iter(tensors.values())) if len(tensors) == 1 else tensors
+    return _request(body, inputs, tensors, value)
+
+
+def _request(
+    body: dict[str, Any], inputs: list[dict[str, Any]], tensors: dict[str, np.ndarray], value: Any
+) -> InferenceRequest:
+    """What predict sees: ``value`` (one array, or ``tensors`` when several) as ``inputs``."""
     request = InferenceRequest(body)
     request.tensors = tensors
     request.input_objects = inputs
-    request["inputs"] = next(iter(tensors.values())) if len(tensors) == 1 else tensors
+    request["inputs"] = value
     return request
 
 
@@ -218,6 +246,10 @@ def build_outputs(
 ) -> list[dict[str, Any]]:
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
+    if type(result) is np.ndarray and "outputs" not in request:
+        # the common answer, one array and no output named: what the general code gives
+        binary = "parameters" in request and wants_binary(request, default_name)
+        return [encode_tensor(default_name, result, binary=binary)]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):
