@@ -157,7 +157,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 def check_model_name(name: str, what: str = "model name") -> None:
     """A model name (or version) from a request: one plain path segment, never a way
     out of the repository or to another route (no separators, NUL, ``.`` or ``..``)."""
-    if not name or name in (".", "..") or any(c in name for c in "/\\\x00"):
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
         raise InvalidInput(f"illegal {what} {name!r}")
 
 

@@ -20,6 +20,7 @@ from mlserve.protocol.tensors import (
     decode_tensor,
     encode_tensor,
     loads,
+    plain_output,
     plain_tensor,
 )
 
@@ -89,14 +90,15 @@ class InferenceRequest(dict[str, Any]):
 def decode_request(body: dict[str, Any]) -> dict[str, Any]:
     """The request predict sees: tensor form decoded, rows form as it came."""
     inputs = body.get("inputs")
-    first = inputs[0] if type(inputs) is list and inputs else None
-    if type(first) is list:
-        return body  # rows of values (mlrun's form): neither tensors nor meant as tensors
-    if type(first) is dict and len(inputs) == 1:
-        array = plain_tensor(first)
-        if array is not None:  # one common tensor: what the loop below gives, without its checks
-            _check_parameters(body)
-            return _request(body, inputs, {first["name"]: array}, array)
+    if type(inputs) is list and inputs:
+        first = inputs[0]
+        if type(first) is list:
+            return body  # rows of values (mlrun's form): neither tensors nor meant as tensors
+        if type(first) is dict and len(inputs) == 1:
+            array = plain_tensor(first)
+            if array is not None:  # one common tensor: what the loop below gives, unchecked
+                _check_parameters(body)
+                return _request(body, inputs, {first["name"]: array}, array)
     if not is_tensor_inputs(inputs):
         if _meant_as_tensors(inputs):
             _check_tensor_keys(inputs)
@@ -125,8 +127,8 @@ def _request(
 
 def _check_parameters(body: dict[str, Any]) -> None:
     """Request and requested-output ``parameters`` are objects: a 400 here, not a 500 later."""
-    if "parameters" not in body and "outputs" not in body:
-        return
+    if "outputs" not in body and ("parameters" not in body or type(body["parameters"]) is dict):
+        return  # the common requests: no output named, the request's parameters (if any) an object
     places = [("the request", body)]
     outputs = body.get("outputs")
     if isinstance(outputs, list):
@@ -226,8 +228,8 @@ def wants_binary(request: Mapping[str, Any], name: str) -> bool:
             binary = (obj.get("parameters") or {}).get("binary_data")
             if binary is not None:
                 return bool(binary)
-    params = request.get("parameters") or {}
-    return bool(params.get("binary_data_output", False))
+    params = request.get("parameters")
+    return bool(params.get("binary_data_output", False)) if params else False
 
 
 def _requested_names(request: Mapping[str, Any]) -> list[str]:
@@ -249,7 +251,8 @@ def build_outputs(
     if type(result) is np.ndarray and "outputs" not in request:
         # the common answer, one array and no output named: what the general code gives
         binary = "parameters" in request and wants_binary(request, default_name)
-        return [encode_tensor(default_name, result, binary=binary)]
+        obj = plain_output(default_name, result, binary)
+        return [encode_tensor(default_name, result, binary=binary) if obj is None else obj]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):

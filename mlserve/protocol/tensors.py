@@ -45,6 +45,7 @@ __all__ = [
     "datatype_of",
     "decode_raw",
     "decode_tensor",
+    "plain_output",
     "plain_tensor",
     "dumps",
     "encode_raw",
@@ -543,7 +544,7 @@ def _json_data(array: Array, datatype: str, name: str) -> list[Any]:
     return data
 
 
-# Native numeric dtype -> datatype, for _plain_output; empty on a big-endian host, where
+# Native numeric dtype -> datatype, for plain_output; empty on a big-endian host, where
 # an array's own bytes are not the wire's.
 _NATIVE: dict[np.dtype[Any], str] = (
     {dtype: name for name, dtype in DATATYPES.items() if name not in ("BF16", "BYTES")}
@@ -552,7 +553,7 @@ _NATIVE: dict[np.dtype[Any], str] = (
 )
 
 
-def _plain_output(name: str, array: Array, binary: bool) -> dict[str, Any] | None:
+def plain_output(name: str, array: Array, binary: bool) -> dict[str, Any] | None:
     """The common output (a native numeric ndarray: its bytes, or up to _SMALL finite
     values) without the general casts and checks; None for encode_tensor's general path,
     which builds the same object for what this accepts."""
@@ -586,7 +587,7 @@ def encode_tensor(
     and ``parameters.binary_data_size`` says how many there are.
     """
     if datatype is None and type(value) is np.ndarray:  # a model's usual answer
-        obj = _plain_output(name, value, binary)
+        obj = plain_output(name, value, binary)
         if obj is not None:
             return obj
     return _encode_checked(name, value, datatype, binary)
