@@ -9,6 +9,7 @@ load/unload answer PERMISSION_DENIED unless ``server.model_control`` is set.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,6 +29,7 @@ _TRIGGER = Trigger(kind="grpc", name="grpc")
 logger = logging.getLogger("mlserve.grpc")
 
 
+@functools.lru_cache(maxsize=1024)  # names repeat: a hit is one look-up in C, no checks
 def _model_path(name: str, version: str) -> str:
     """The REST path of a model (and version) named in a request; a name or version
     that is not one plain path segment is INVALID_ARGUMENT, not another route."""
