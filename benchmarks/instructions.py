@@ -1,6 +1,6 @@
 """Instructions per request, counted by valgrind's callgrind: an A/B for small cuts.
 
-    python -m benchmarks.instructions [--case http mock] [--requests 1000] [--mlrun]
+    python -m benchmarks.instructions [--case http grpc mock] [--requests 1000] [--mlrun]
 
 Wall and CPU clocks swing with the machine's load (2 cores shared with every other
 process); the number of instructions a request executes does not (within about 0.3%
@@ -13,6 +13,9 @@ servers: ``make bench`` does that.
 - ``http``: the HTTP/1.1 protocol fed request bytes in-process
   (``benchmarks.hotpath``), 8 clients, the echo model on the event loop (its gate set
   inline, where a served model goes after its first 40 calls).
+- ``grpc``: ``InferenceServicer.ModelInfer`` in-process (``servers/grpc_servicer_cpu``'s
+  driver: request parsed, answer serialized), a typed [1, 4] FP32 request, 8 clients,
+  the echo model inline.
 - ``mock``: ``server.test("/v2/models/m/infer", body)`` of ``inprocess_case``'s router;
   ``--mlrun`` also counts mlrun's mock server (its environment under benchmarks/.envs).
 """
@@ -26,6 +29,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import ENVS, env_python, progress
 
@@ -41,24 +45,50 @@ _MOCK = (
 )
 
 
-def _http(count: int) -> None:
-    """``count`` requests through the HTTP protocol, after the gate's warm-up."""
-    import uvloop
-
-    from benchmarks import hotpath
+def _echo_server() -> Any:
     from mlserve.cli import load_function
-    from mlserve.server.limits import gate_of, limits_of
 
     fn = load_function(str(HERE / "servers" / "mlserve_model.py"))
     server = fn.to_graph_server()
     server.init_states(namespace=fn.namespace)
     server.init_object(fn.namespace)
+    return server
+
+
+def _inline(server: Any) -> None:
+    from mlserve.server.limits import gate_of, limits_of
+
+    model = next(server.iter_models())
+    gate = gate_of(model, limits_of(model.context))
+    gate.inline, gate._learnt = True, True  # as after 40 cheap calls, however slow valgrind is
+
+
+def _http(count: int) -> None:
+    """``count`` requests through the HTTP protocol, after the gate's warm-up."""
+    import uvloop
+
+    from benchmarks import hotpath
+
+    server = _echo_server()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(hotpath._round("protocol", server, 80, 8))
-        model = next(server.iter_models())
-        gate = gate_of(model, limits_of(model.context))
-        gate.inline, gate._learnt = True, True  # as after 40 cheap calls, however slow valgrind is
+        _inline(server)
         runner.run(hotpath._round("protocol", server, count, 8))
+
+
+def _grpc(count: int) -> None:
+    """``count`` typed ModelInfer calls through the V2 servicer, after the gate's warm-up."""
+    import uvloop
+
+    from benchmarks.servers import grpc_servicer_cpu
+    from mlserve.grpc.service import InferenceServicer
+
+    servicer = InferenceServicer(_echo_server())
+    body = grpc_servicer_cpu._request("typed")
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(grpc_servicer_cpu._round(servicer, body, 80))
+        _inline(servicer.server)
+        runner.run(grpc_servicer_cpu._round(servicer, body, count))
 
 
 def _collected(command: list[str]) -> int:
@@ -68,8 +98,8 @@ def _collected(command: list[str]) -> int:
 
 
 def _command(case: str, framework: str, count: int) -> list[str]:
-    if case == "http":
-        return [sys.executable, "-m", "benchmarks.instructions", "--run-http", str(count)]
+    if case in ("http", "grpc"):
+        return [sys.executable, "-m", "benchmarks.instructions", f"--run-{case}", str(count)]
     code = _MOCK.format(here=str(HERE), framework=framework, count=count)
     return [env_python(None if framework == "mlserve" else framework), "-c", code]
 
@@ -85,13 +115,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--case", nargs="+", choices=["http", "mock"], default=["http", "mock"])
+    parser.add_argument(
+        "--case", nargs="+", choices=["http", "grpc", "mock"], default=["http", "mock"]
+    )
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--mlrun", action="store_true", help="also count mlrun's mock server")
     parser.add_argument("--run-http", type=int, help=argparse.SUPPRESS)  # the child of `http`
+    parser.add_argument("--run-grpc", type=int, help=argparse.SUPPRESS)  # the child of `grpc`
     args = parser.parse_args(argv)
     if args.run_http is not None:
         _http(args.run_http)
+        return
+    if args.run_grpc is not None:
+        _grpc(args.run_grpc)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is needed: apt-get install valgrind")

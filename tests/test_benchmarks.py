@@ -76,6 +76,17 @@ def test_the_instructions_driver_sends_http_requests_through_the_protocol() -> N
     )
 
 
+def test_the_instructions_driver_calls_the_grpc_servicer() -> None:
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--run-grpc", "40"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=120,
+        check=True,  # the driver's context raises on any abort
+    )
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind counts instructions")
 def test_callgrind_counts_the_instructions_of_a_command() -> None:
     from benchmarks.instructions import _collected

@@ -12,6 +12,7 @@ are; other types go through one ``tolist``.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -20,7 +21,7 @@ from google.protobuf import json_format
 
 from mlserve.grpc.generated import grpc_predict_v2_pb2 as pb
 from mlserve.protocol.errors import InvalidInput
-from mlserve.protocol.tensors import DATATYPES, RAW, decode_raw
+from mlserve.protocol.tensors import RAW, decode_raw
 
 __all__ = [
     "config_from_core",
@@ -66,7 +67,10 @@ _FROMITER_MAX = 32
 
 # FP32 and FP64 outputs: raw little-endian bytes are the packed field's payload, so
 # ``tag + length + bytes`` merges in one C call (fp32_contents = 6, fp64_contents = 7).
-_PACKED_TAGS = {"FP32": b"\x32", "FP64": b"\x3a"}
+# datatype -> (tag, item size).
+_PACKED_TAGS = {"FP32": (b"\x32", 4), "FP64": (b"\x3a", 8)}
+
+_NOT_TENSORS = "the model's answer is not a list of output tensors (gRPC serves tensors only)"
 
 
 def parameters_to_core(parameters: Any) -> dict[str, Any]:
@@ -99,7 +103,7 @@ def _input_to_core(tensor: Any, raw: bytes | None) -> dict[str, Any]:
     if raw is not None:
         obj[RAW] = raw
         return obj
-    field = CONTENTS_FIELD.get(tensor.datatype)
+    field = CONTENTS_FIELD.get(obj["datatype"])
     if field is None:
         raise InvalidInput(f"input '{tensor.name}': {tensor.datatype} needs raw_input_contents")
     obj["data"] = contents_array(getattr(tensor.contents, field), field)
@@ -111,8 +115,9 @@ def contents_array(values: Any, field: str) -> Any:
     dtype = FIELD_DTYPES.get(field)
     if dtype is None:
         return list(values)
-    if len(values) <= _FROMITER_MAX:
-        return np.fromiter(values, dtype, len(values))
+    count = len(values)
+    if count <= _FROMITER_MAX:
+        return np.fromiter(values, dtype, count)
     return np.array(values, dtype)
 
 
@@ -140,8 +145,9 @@ def infer_to_core(request: Any) -> dict[str, Any]:
 
 
 def _output_bytes(obj: dict[str, Any]) -> bytes:
-    if obj.get(RAW) is not None:
-        return bytes(obj[RAW])
+    raw = obj.get(RAW)
+    if raw is not None:
+        return bytes(raw)
     from mlserve.protocol.tensors import decode_tensor, encode_raw
 
     return encode_raw(decode_tensor(obj), obj["datatype"])
@@ -150,14 +156,15 @@ def _output_bytes(obj: dict[str, Any]) -> bytes:
 def _typed(tensor: Any, obj: dict[str, Any], raw: bytes) -> None:
     """Write one output's raw bytes into its typed contents field."""
     datatype = obj["datatype"]
-    tag = _PACKED_TAGS.get(datatype)
-    if tag is not None and len(raw) == math.prod(obj["shape"]) * DATATYPES[datatype].itemsize:
-        tensor.contents.MergeFromString(tag + _varint(len(raw)) + raw)
+    packed = _PACKED_TAGS.get(datatype)
+    if packed is not None and len(raw) == math.prod(obj["shape"]) * packed[1]:
+        tensor.contents.MergeFromString(packed[0] + _varint(len(raw)) + raw)
         return
     array = decode_raw(raw, datatype, obj["shape"], obj["name"]).reshape(-1)
     getattr(tensor.contents, CONTENTS_FIELD[datatype]).extend(array.tolist())
 
 
+@functools.lru_cache(maxsize=4096)  # output sizes repeat: one dict look-up, in C
 def _varint(value: int) -> bytes:
     """Protobuf's base-128 varint of a non-negative int."""
     out = bytearray()
@@ -175,23 +182,24 @@ def infer_from_core(body: dict[str, Any], raw: bool) -> Any:
         model_version=str(body.get("model_version") or ""),
         id=str(body.get("id") or ""),
     )
-    if isinstance(body.get("parameters"), dict) and body["parameters"]:
-        parameters_from_core(body["parameters"], response.parameters)
+    parameters = body.get("parameters")
+    if isinstance(parameters, dict) and parameters:
+        parameters_from_core(parameters, response.parameters)
     outputs = body.get("outputs")
-    if not isinstance(outputs, list) or not all(
-        isinstance(o, dict) and "datatype" in o for o in outputs
-    ):
-        raise InvalidInput(
-            "the model's answer is not a list of output tensors (gRPC serves tensors only)"
-        )
+    if not isinstance(outputs, list):
+        raise InvalidInput(_NOT_TENSORS)
+    for obj in outputs:  # one loop, not all() and any() over generators: this runs per request
+        if not isinstance(obj, dict) or "datatype" not in obj:
+            raise InvalidInput(_NOT_TENSORS)
+        if obj["datatype"] not in CONTENTS_FIELD:
+            raw = True  # a datatype without a typed field: every output goes raw
     contents = [_output_bytes(obj) for obj in outputs]
-    raw = raw or any(obj["datatype"] not in CONTENTS_FIELD for obj in outputs)
     for obj, data in zip(outputs, contents, strict=True):
         tensor = response.outputs.add(
             name=obj["name"], datatype=obj["datatype"], shape=obj["shape"]
         )
         params = obj.get("parameters")
-        if params and params.keys() != {"binary_data_size"}:
+        if params and (len(params) != 1 or "binary_data_size" not in params):
             params = {k: v for k, v in params.items() if k != "binary_data_size"}
             parameters_from_core(params, tensor.parameters)
         if not raw:

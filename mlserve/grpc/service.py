@@ -9,6 +9,7 @@ load/unload answer PERMISSION_DENIED unless ``server.model_control`` is set.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,6 +29,7 @@ _TRIGGER = Trigger(kind="grpc", name="grpc")
 logger = logging.getLogger("mlserve.grpc")
 
 
+@functools.lru_cache(maxsize=1024)  # names repeat: a hit is one look-up in C, no checks
 def _model_path(name: str, version: str) -> str:
     """The REST path of a model (and version) named in a request; a name or version
     that is not one plain path segment is INVALID_ARGUMENT, not another route."""
@@ -157,7 +159,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 def check_model_name(name: str, what: str = "model name") -> None:
     """A model name (or version) from a request: one plain path segment, never a way
     out of the repository or to another route (no separators, NUL, ``.`` or ``..``)."""
-    if not name or name in (".", "..") or any(c in name for c in "/\\\x00"):
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
         raise InvalidInput(f"illegal {what} {name!r}")
 
 

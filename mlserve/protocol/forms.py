@@ -13,8 +13,16 @@ from typing import Any
 import numpy as np
 
 from mlserve.protocol.errors import InvalidInput
-from mlserve.protocol.fastjson import loads_tensors
-from mlserve.protocol.tensors import RAW, datatype_of, decode_tensor, encode_tensor
+from mlserve.protocol.fastjson import FAST_BYTES, loads_tensors
+from mlserve.protocol.tensors import (
+    RAW,
+    datatype_of,
+    decode_tensor,
+    encode_tensor,
+    loads,
+    plain_output,
+    plain_tensor,
+)
 
 __all__ = [
     "InferenceRequest",
@@ -30,6 +38,9 @@ __all__ = [
 
 JSON_TYPES = ("", "application/json", "text/json", "json")
 
+# The JSON content types as a client declares them: bad JSON under these is a 400.
+_DECLARED_JSON = frozenset(JSON_TYPES) - {""}
+
 _TENSOR_KEYS = ("name", "shape", "datatype")
 
 
@@ -39,6 +50,8 @@ def parse_json_body(body: Any, content_type: str) -> Any:
     Bad JSON is a 400 only when the content type says JSON; with no content
     type, and with any other content type, the raw body is kept.
     """
+    if type(body) is bytes and content_type in _DECLARED_JSON and len(body) < FAST_BYTES:
+        return loads(body)  # the common body: small, declared JSON (errors are loads' own)
     if not isinstance(body, (str, bytes, bytearray, memoryview)) or not is_json_type(content_type):
         return body
     try:
@@ -77,6 +90,15 @@ class InferenceRequest(dict[str, Any]):
 def decode_request(body: dict[str, Any]) -> dict[str, Any]:
     """The request predict sees: tensor form decoded, rows form as it came."""
     inputs = body.get("inputs")
+    if type(inputs) is list and inputs:
+        first = inputs[0]
+        if type(first) is list:
+            return body  # rows of values (mlrun's form): neither tensors nor meant as tensors
+        if type(first) is dict and len(inputs) == 1:
+            array = plain_tensor(first)
+            if array is not None:  # one common tensor: what the loop below gives, unchecked
+                _check_parameters(body)
+                return _request(body, inputs, {first["name"]: array}, array)
     if not is_tensor_inputs(inputs):
         if _meant_as_tensors(inputs):
             _check_tensor_keys(inputs)
@@ -88,17 +110,25 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
         if name in tensors:
             raise InvalidInput(f"input '{name}' is given twice")
         tensors[name] = decode_tensor(obj)
+    value = next(iter(tensors.values())) if len(tensors) == 1 else tensors
+    return _request(body, inputs, tensors, value)
+
+
+def _request(
+    body: dict[str, Any], inputs: list[dict[str, Any]], tensors: dict[str, np.ndarray], value: Any
+) -> InferenceRequest:
+    """What predict sees: ``value`` (one array, or ``tensors`` when several) as ``inputs``."""
     request = InferenceRequest(body)
     request.tensors = tensors
     request.input_objects = inputs
-    request["inputs"] = next(iter(tensors.values())) if len(tensors) == 1 else tensors
+    request["inputs"] = value
     return request
 
 
 def _check_parameters(body: dict[str, Any]) -> None:
     """Request and requested-output ``parameters`` are objects: a 400 here, not a 500 later."""
-    if "parameters" not in body and "outputs" not in body:
-        return
+    if "outputs" not in body and ("parameters" not in body or type(body["parameters"]) is dict):
+        return  # the common requests: no output named, the request's parameters (if any) an object
     places = [("the request", body)]
     outputs = body.get("outputs")
     if isinstance(outputs, list):
@@ -198,8 +228,8 @@ def wants_binary(request: Mapping[str, Any], name: str) -> bool:
             binary = (obj.get("parameters") or {}).get("binary_data")
             if binary is not None:
                 return bool(binary)
-    params = request.get("parameters") or {}
-    return bool(params.get("binary_data_output", False))
+    params = request.get("parameters")
+    return bool(params.get("binary_data_output", False)) if params else False
 
 
 def _requested_names(request: Mapping[str, Any]) -> list[str]:
@@ -218,6 +248,11 @@ def build_outputs(
 ) -> list[dict[str, Any]]:
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
+    if type(result) is np.ndarray and "outputs" not in request:
+        # the common answer, one array and no output named: what the general code gives
+        binary = "parameters" in request and wants_binary(request, default_name)
+        obj = plain_output(default_name, result, binary)
+        return [encode_tensor(default_name, result, binary=binary) if obj is None else obj]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):

@@ -28,6 +28,7 @@ import math
 import re
 import secrets
 import struct
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -44,6 +45,8 @@ __all__ = [
     "datatype_of",
     "decode_raw",
     "decode_tensor",
+    "plain_output",
+    "plain_tensor",
     "dumps",
     "encode_raw",
     "encode_tensor",
@@ -306,31 +309,58 @@ def _fast_bounds(dtype: np.dtype[Any]) -> tuple[float, float]:
     return info.min, info.max
 
 
-# datatype -> (dtype, lowest, highest, whether JSON floats are values of it), for _small_flat.
-_FLAT: dict[str, tuple[np.dtype[Any], float, float, bool]] = {
-    name: (dtype, *_fast_bounds(dtype), dtype.kind == "f")
+_INT = frozenset({int})
+
+# datatype -> (dtype, lowest, highest, the JSON number types that are its values,
+# its little-endian wire dtype), for plain_tensor: numeric datatypes but BOOL and BF16.
+_PLAIN: dict[str, tuple[np.dtype[Any], float, float, frozenset[type], np.dtype[Any]]] = {
+    name: (
+        dtype,
+        *_fast_bounds(dtype),
+        frozenset({int, float}) if dtype.kind == "f" else _INT,
+        dtype.newbyteorder("<"),
+    )
     for name, dtype in DATATYPES.items()
     if dtype.kind in "iuf" and name != "BF16"
 }
 
 
-def _small_flat(data: Any, datatype: str) -> Array | None:
-    """The common small tensor (a flat JSON list of plain numbers, in range) in one
-    numpy call; None sends anything else down the checked path of ``_from_json``,
-    which gives the same array for what this accepts."""
-    spec = _FLAT.get(datatype)
-    if spec is None or type(data) is not list or not 0 < len(data) <= _SMALL:
+def plain_tensor(obj: dict[str, Any]) -> Array | None:
+    """The common well-formed tensor in a few C calls, or None for the checked path.
+
+    Common: a numeric datatype (not BOOL, BF16), a shape of plain ints, and either
+    raw ``bytes`` of the right length, an ndarray of the datatype's float dtype, or
+    a flat JSON list of up to _SMALL plain numbers in range whose count matches.
+    ``decode_tensor`` gives the same array for all of these; everything else (and
+    every error, with its message) is its business alone.
+    """
+    try:
+        name, shape, spec = obj["name"], obj["shape"], _PLAIN.get(obj["datatype"])
+    except (KeyError, TypeError):  # a key missing, an unhashable datatype
         return None
-    dtype, low, high, floats = spec
-    for value in data:
-        kind = type(value)
-        if kind is not int and (kind is not float or not floats):  # bools, text, lists
+    if spec is None or type(name) is not str or not name or type(shape) is not list:
+        return None
+    if not set(map(type, shape)) <= _INT or min(shape, default=0) < 0:
+        return None
+    count = math.prod(shape)
+    dtype, low, high, kinds, wire = spec
+    data = obj.get("data")
+    if type(data) is list and RAW not in obj:
+        if not 0 < len(data) == count <= _SMALL or not set(map(type, data)) <= kinds:
+            return None  # bools, text, nested lists, a count the shape does not hold
+        # A NaN first makes both comparisons False (the checked path takes it); a later
+        # one is skipped by min and max, and numpy keeps it as the checked path would.
+        if not (low <= min(data) and max(data) <= high):
             return None
-    # A NaN first makes both comparisons False (the checked path takes it); a later
-    # one is skipped by min and max, and numpy keeps it as the checked path would.
-    if not (low <= min(data) and max(data) <= high):
-        return None
-    return np.array(data, dtype=dtype)
+        return np.array(data, dtype).reshape(shape)
+    raw = obj.get(RAW)
+    if raw is not None:
+        if type(raw) is not bytes or len(raw) != count * dtype.itemsize:
+            return None
+        return np.frombuffer(raw, wire).astype(dtype).reshape(shape)
+    if type(data) is np.ndarray and data.dtype == dtype and dtype.kind == "f":
+        return data.reshape(shape) if data.size == count else None  # typed gRPC contents
+    return None
 
 
 def decode_tensor(obj: dict[str, Any]) -> Array:
@@ -339,6 +369,12 @@ def decode_tensor(obj: dict[str, Any]) -> Array:
     Reads ``obj[RAW]`` (binary form) when a face attached it, else ``obj["data"]``
     (nested or flat; a bare scalar for shape ``[]`` or ``[1]``).
     """
+    array = plain_tensor(obj) if type(obj) is dict else None
+    return _decode_checked(obj) if array is None else array
+
+
+def _decode_checked(obj: dict[str, Any]) -> Array:
+    """decode_tensor for any object: every check, every error message."""
     if not isinstance(obj, dict):
         kind = type(obj).__name__
         raise InvalidInput(f"a tensor must be an object with name, shape and datatype, not {kind}")
@@ -355,11 +391,7 @@ def decode_tensor(obj: dict[str, Any]) -> Array:
         return decode_raw(obj[RAW], datatype, shape, name)
     if "data" not in obj:
         raise InvalidInput(_where(name, "missing 'data'"))
-    data = obj["data"]
-    array = _small_flat(data, datatype)
-    if array is None:
-        array = _from_json(data, datatype, name)
-    return _fit(array, shape, name)
+    return _fit(_from_json(obj["data"], datatype, name), shape, name)
 
 
 # --- raw (binary) codec ---------------------------------------------------------------------
@@ -512,6 +544,39 @@ def _json_data(array: Array, datatype: str, name: str) -> list[Any]:
     return data
 
 
+# Native numeric dtype -> datatype, for plain_output; empty on a big-endian host, where
+# an array's own bytes are not the wire's.
+_NATIVE: dict[np.dtype[Any], str] = (
+    {dtype: name for name, dtype in DATATYPES.items() if name not in ("BF16", "BYTES")}
+    if sys.byteorder == "little"
+    else {}
+)
+
+
+def plain_output(name: str, array: Array, binary: bool) -> dict[str, Any] | None:
+    """The common output (a native numeric ndarray: its bytes, or up to _SMALL finite
+    values) without the general casts and checks; None for encode_tensor's general path,
+    which builds the same object for what this accepts."""
+    datatype = _NATIVE.get(array.dtype)
+    if datatype is None:
+        return None
+    if binary:
+        raw = array.tobytes()
+        return {
+            "name": name,
+            "datatype": datatype,
+            "shape": list(array.shape),
+            "parameters": {"binary_data_size": len(raw)},
+            RAW: raw,
+        }
+    if array.size > _SMALL:
+        return None
+    data = array.ravel().tolist()
+    if not math.isfinite(sum(data)):  # a NaN or an infinity (or a sum past float64's range)
+        return None
+    return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}
+
+
 def encode_tensor(
     name: str, value: Any, datatype: str | None = None, binary: bool = False
 ) -> dict[str, Any]:
@@ -521,6 +586,15 @@ def encode_tensor(
     With ``binary=True`` there is no ``data``: the raw bytes sit under :data:`RAW`
     and ``parameters.binary_data_size`` says how many there are.
     """
+    if datatype is None and type(value) is np.ndarray:  # a model's usual answer
+        obj = plain_output(name, value, binary)
+        if obj is not None:
+            return obj
+    return _encode_checked(name, value, datatype, binary)
+
+
+def _encode_checked(name: str, value: Any, datatype: str | None, binary: bool) -> dict[str, Any]:
+    """encode_tensor for any value: every cast, every check, every error message."""
     array = _as_array(value, name)
     if datatype is None:
         datatype = _infer(array.dtype, name)
