@@ -477,14 +477,11 @@ class V2ModelServer:
         return response
 
     def _log(self, start: datetime, microsec: int, request: Any, response: Any, op: str) -> None:
-        if type(self).logged_results is not V2ModelServer.logged_results:  # no call when not
-            inputs, outputs = self.logged_results(request, response, op)  # overridden
-            if inputs is not None or outputs is not None:
-                request = {"id": request.get("id"), "inputs": inputs or []}
-                response = {"outputs": outputs or []}
-        metrics = self.metrics
-        if metrics:  # no new dict per call when no metric was set
+        inputs, outputs = self.logged_results(request, response, op)
+        if inputs is not None or outputs is not None:
+            request = {"id": request.get("id"), "inputs": inputs or []}
+            response = {"outputs": outputs or []}
+        metrics = self.metrics or None  # no new dict per call when no metric was set
+        if metrics is not None:
             self.metrics = {}
-        else:
-            metrics = None
         self.model_logger.push(self, start, request, response, op, microsec, metrics)

@@ -48,7 +48,9 @@ alive is taken from requests.
   only every ``WAKE_AT_LINES`` calls (one full push) and just writes. Built by a
   sender woken every 16 calls on a cold cache, the same record cost it 9-12 µs of
   CPU a call in a loaded server (4.5 in a tight loop): benchmarks/tracking.py,
-  in-process.
+  in-process. ``push_error`` encodes a failed call's line alike, so the inbox
+  holds (line, key) pairs only, which the sender moves in C loops
+  (``deque.extend`` over ``starmap``/``map``): no Python step per call.
 """
 
 from __future__ import annotations
@@ -132,11 +134,13 @@ class StreamPusher:
         self.flush_after = flush_after
         self.max_queue = max_queue
         self.sent = self.failed = self.dropped = 0
-        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._inbox: collections.deque[Any] = collections.deque()  # calls, or lines
         # Targets with push_json get records as JSON bytes (and keys: model names), encoded
         # as soon as they are built; the others get dicts.
         self._encoded = callable(getattr(target, "push_json", None))
         self._lines = self._encoded and self.batch == 1  # a call is one JSON line
+        # A call's line goes with its key only to targets that use keys (Kafka, not files).
+        self._keyed = bool(getattr(target, "uses_keys", True))
         self._wake_at = WAKE_AT_LINES if self._lines else WAKE_AT
         if self._lines and self.sample == 1:  # the common case: no sampling step per call
             self.push = self._push_line  # type: ignore[method-assign]
@@ -195,8 +199,8 @@ class StreamPusher:
         metrics: dict[str, Any] | None = None,
     ) -> None:
         """``push`` when a call is one JSON line: encoded here, while the call's objects are
-        still warm in the cache; the inbox then holds (line, key) pairs only, which the
-        sender moves and writes without a Python step per call."""
+        still warm in the cache; the inbox then holds lines only ((line, key) pairs for a
+        target that uses keys), which the sender moves without a Python step per call."""
         try:
             fields = self._fields.get(id(model)) or self._new_fields(model)
             line = rec.success_line(fields, start, request, response, op, microsec, metrics)
@@ -204,11 +208,12 @@ class StreamPusher:
             logger.exception("model-log stream: cannot build a record; skipped")
             self._count_dropped(1)
             return
+        item = (line, fields.key) if self._keyed else line
         inbox = self._inbox
         if self._closing or len(inbox) >= self.max_queue:  # rare: _enqueue's general code
-            self._enqueue((line, fields.key))
+            self._enqueue(item)
             return
-        inbox.append((line, fields.key))  # _enqueue inline: this runs on every call
+        inbox.append(item)  # _enqueue inline: this runs on every call
         if len(inbox) == self._wake_at:
             self._wake.set()
 
@@ -224,7 +229,8 @@ class StreamPusher:
         if self._lines:  # the inbox holds lines only (see _push_line)
             try:
                 fields = self._fields.get(id(model)) or self._new_fields(model)
-                self._enqueue((dumps(rec.error_record(fields, call)), fields.key))
+                line = dumps(rec.error_record(fields, call))
+                self._enqueue((line, fields.key) if self._keyed else line)
             except Exception:  # never fails a request
                 logger.exception("model-log stream: cannot build a record; skipped")
                 self._count_dropped(1)
@@ -239,7 +245,7 @@ class StreamPusher:
             counter = self._counts.setdefault(id(model), itertools.count(1))
         return counter
 
-    def _enqueue(self, item: tuple[Any, ...]) -> None:
+    def _enqueue(self, item: Any) -> None:
         """An append to a deque (atomic): no lock, no allocation besides ``item``."""
         if self._closing:  # a server used again after wait_for_completion()
             self._restart()
@@ -355,17 +361,20 @@ class StreamPusher:
                 self._count_dropped(1)
 
     def _drain_lines(self, count: int) -> None:
-        """``_accept`` for the common case (encoded, unbatched): the inbox's (line, key)
-        pairs move to the pending records in C loops, not a Python step per call; past
-        ``max_queue`` the oldest lines give way, counted."""
-        pairs: collections.deque[tuple[bytes, bytes]] = collections.deque()
-        try:  # pairs taken before an IndexError stay in ``pairs``
-            pairs.extend(starmap(self._inbox.popleft, repeat((), count)))
+        """``_accept`` for the common case (encoded, unbatched): the inbox's lines (or
+        (line, key) pairs) move to the pending records in C loops, not a Python step per
+        call; past ``max_queue`` the oldest lines give way, counted."""
+        pending = self._pending
+        taken = pairs = collections.deque() if self._keyed else pending
+        before = len(taken)
+        try:  # what was taken before an IndexError stays in ``taken``
+            taken.extend(starmap(self._inbox.popleft, repeat((), count)))
         except IndexError:  # a request thread gave the oldest up meanwhile (a full inbox)
             pass
-        self._pending.extend(map(_LINE, pairs))
-        self._keys.extend(map(_KEY, pairs))
-        self._sizes.extend(repeat(1, len(pairs)))
+        if self._keyed:
+            pending.extend(map(_LINE, pairs))
+            self._keys.extend(map(_KEY, pairs))
+        self._sizes.extend(repeat(1, len(taken) - before))
         excess = len(self._pending) - self.max_queue
         if excess > 0:
             self._count_dropped(self._pop_front(excess))

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import mlserve
 from mlserve.monitoring import records as rec
+from mlserve.monitoring.pusher import StreamPusher
 from mlserve.protocol.tensors import dumps
 from tests.monitoring.conftest import FailingModel, SumModel, wait_for
 
@@ -244,3 +245,48 @@ def test_past_the_bound_a_file_stream_keeps_the_newest_lines_in_order(
     assert ids == [f"r{i}" for i in range(40 - len(ids), 40)]
     assert 1 <= len(ids) <= 5
     assert (pusher.sent, pusher.sent + pusher.dropped) == (len(ids), 40)
+
+
+class JsonTarget:
+    """A push_json target that keeps the lines and keys it is given."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.keys: list[bytes] = []
+
+    def push(self, records: list[dict[str, Any]]) -> None:
+        raise AssertionError("a push_json target gets lines")
+
+    def push_json(self, lines: list[bytes], keys: list[bytes]) -> None:
+        self.lines += lines
+        self.keys += keys
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class KeylessTarget(JsonTarget):
+    uses_keys = False
+
+
+def test_lines_carry_model_names_as_keys_to_targets_that_use_keys() -> None:
+    start = datetime(2026, 11, 23, 12, 0, 0, 5, tzinfo=UTC)
+    for target_class, keyed in ((JsonTarget, True), (KeylessTarget, False)):
+        target = target_class()
+        pusher = StreamPusher(target)
+        a, b = Model("a"), Model("b", "v1")
+        pusher.push(a, start, {"id": "1", "inputs": [[1]]}, {"outputs": [1]}, "infer", 5)
+        pusher.push_error(b, start, {"id": "2", "inputs": [[2]]}, "infer", ValueError("no"))
+        pusher.push(b, start, {"id": "3", "inputs": [[3]]}, {"outputs": [3]}, "infer", 6)
+        pusher.close()
+        records = [json.loads(line) for line in target.lines]
+        assert [(r["model"], r["request"]["id"], r.get("error")) for r in records] == [
+            ("a", "1", None),
+            ("b", "2", "no"),
+            ("b", "3", None),
+        ]
+        assert target.keys == ([b"a", b"b", b"b"] if keyed else [])
+        assert (pusher.sent, pusher.dropped) == (3, 0)
