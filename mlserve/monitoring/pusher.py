@@ -48,7 +48,9 @@ alive is taken from requests.
   only every ``WAKE_AT_LINES`` calls (one full push) and just writes. Built by a
   sender woken every 16 calls on a cold cache, the same record cost it 9-12 µs of
   CPU a call in a loaded server (4.5 in a tight loop): benchmarks/tracking.py,
-  in-process.
+  in-process. ``push_error`` encodes a failed call's line alike, so the inbox
+  holds (line, key) pairs only, which the sender moves in C loops
+  (``deque.extend`` over ``starmap``/``map``): no Python step per call.
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
+from itertools import repeat, starmap
+from operator import itemgetter
 from typing import Any
 
 from mlserve.monitoring import records as rec
@@ -130,12 +134,16 @@ class StreamPusher:
         self.flush_after = flush_after
         self.max_queue = max_queue
         self.sent = self.failed = self.dropped = 0
-        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._inbox: collections.deque[Any] = collections.deque()  # calls, or lines
         # Targets with push_json get records as JSON bytes (and keys: model names), encoded
         # as soon as they are built; the others get dicts.
         self._encoded = callable(getattr(target, "push_json", None))
         self._lines = self._encoded and self.batch == 1  # a call is one JSON line
+        # A call's line goes with its key only to targets that use keys (Kafka, not files).
+        self._keyed = bool(getattr(target, "uses_keys", True))
         self._wake_at = WAKE_AT_LINES if self._lines else WAKE_AT
+        if self._lines and self.sample == 1:  # the common case: no sampling step per call
+            self.push = self._push_line  # type: ignore[method-assign]
         self._pending: collections.deque[Any] = collections.deque()
         self._keys: collections.deque[bytes] = collections.deque()
         self._sizes: collections.deque[int] = collections.deque()  # calls per pending record
@@ -175,18 +183,39 @@ class StreamPusher:
         """Log one successful call (every ``sample``-th of this model)."""
         if self.sample > 1 and next(self._counter(model)) % self.sample:
             return
-        call = (model, start, request, response, op, microsec, metrics)
         if self._lines:
-            # Encoded here, while the call's objects are still warm in the cache: the
-            # sender then only writes bytes (nothing for the GC to follow meanwhile).
-            try:
-                fields = self._fields.get(id(model)) or self._new_fields(model)
-                self._enqueue((rec.success_line(fields, call), fields.key))
-            except Exception:  # never fails a request
-                logger.exception("model-log stream: cannot build a record; skipped")
-                self._count_dropped(1)
+            self._push_line(model, start, request, response, op, microsec, metrics)
             return
-        self._enqueue(call)
+        self._enqueue((model, start, request, response, op, microsec, metrics))
+
+    def _push_line(
+        self,
+        model: Any,
+        start: datetime,
+        request: Any,
+        response: Any,
+        op: str,
+        microsec: int,
+        metrics: dict[str, Any] | None = None,
+    ) -> None:
+        """``push`` when a call is one JSON line: encoded here, while the call's objects are
+        still warm in the cache; the inbox then holds lines only ((line, key) pairs for a
+        target that uses keys), which the sender moves without a Python step per call."""
+        try:
+            fields = self._fields.get(id(model)) or self._new_fields(model)
+            line = rec.success_line(fields, start, request, response, op, microsec, metrics)
+        except Exception:  # never fails a request
+            logger.exception("model-log stream: cannot build a record; skipped")
+            self._count_dropped(1)
+            return
+        item = (line, fields.key) if self._keyed else line
+        inbox = self._inbox
+        if self._closing or len(inbox) >= self.max_queue:  # rare: _enqueue's general code
+            self._enqueue(item)
+            return
+        inbox.append(item)  # _enqueue inline: this runs on every call
+        if len(inbox) == self._wake_at:
+            self._wake.set()
 
     def push_error(
         self, model: Any, start: datetime, request: Any, op: str, exc: BaseException
@@ -196,7 +225,17 @@ class StreamPusher:
         error = str(exc)
         if self.verbose:
             error += "\n" + "".join(traceback.format_exception(exc))
-        self._enqueue((model, start, request, None, op, None, error))
+        call = (model, start, request, None, op, None, error)
+        if self._lines:  # the inbox holds lines only (see _push_line)
+            try:
+                fields = self._fields.get(id(model)) or self._new_fields(model)
+                line = dumps(rec.error_record(fields, call))
+                self._enqueue((line, fields.key) if self._keyed else line)
+            except Exception:  # never fails a request
+                logger.exception("model-log stream: cannot build a record; skipped")
+                self._count_dropped(1)
+        else:
+            self._enqueue(call)
         self._wake.set()
 
     def _counter(self, model: Any) -> Iterator[int]:
@@ -206,7 +245,7 @@ class StreamPusher:
             counter = self._counts.setdefault(id(model), itertools.count(1))
         return counter
 
-    def _enqueue(self, item: tuple[Any, ...]) -> None:
+    def _enqueue(self, item: Any) -> None:
         """An append to a deque (atomic): no lock, no allocation besides ``item``."""
         if self._closing:  # a server used again after wait_for_completion()
             self._restart()
@@ -322,31 +361,21 @@ class StreamPusher:
                 self._count_dropped(1)
 
     def _drain_lines(self, count: int) -> None:
-        """``_accept`` for the common case (encoded, unbatched) in few steps a call: each
-        call becomes its JSON line; past ``max_queue`` the oldest lines give way, counted."""
-        inbox, pending, keys, sizes = self._inbox, self._pending, self._keys, self._sizes
-        fields_of, success_line = self._fields.get, rec.success_line
-        for _ in range(count):
-            call = inbox.popleft()
-            if len(call) == 2:  # (line, key): encoded by push()
-                pending.append(call[0])
-                keys.append(call[1])
-                sizes.append(1)
-                continue
-            try:
-                fields = fields_of(id(call[0])) or self._new_fields(call[0])
-                if call[5] is None:
-                    line = dumps(rec.error_record(fields, call))
-                else:
-                    line = success_line(fields, call)
-            except Exception:
-                logger.exception("model-log stream: cannot build a record; skipped")
-                self._count_dropped(1)
-                continue
-            pending.append(line)
-            keys.append(fields.key)
-            sizes.append(1)
-        excess = len(pending) - self.max_queue
+        """``_accept`` for the common case (encoded, unbatched): the inbox's lines (or
+        (line, key) pairs) move to the pending records in C loops, not a Python step per
+        call; past ``max_queue`` the oldest lines give way, counted."""
+        pending = self._pending
+        taken = pairs = collections.deque() if self._keyed else pending
+        before = len(taken)
+        try:  # what was taken before an IndexError stays in ``taken``
+            taken.extend(starmap(self._inbox.popleft, repeat((), count)))
+        except IndexError:  # a request thread gave the oldest up meanwhile (a full inbox)
+            pass
+        if self._keyed:
+            pending.extend(map(_LINE, pairs))
+            self._keys.extend(map(_KEY, pairs))
+        self._sizes.extend(repeat(1, len(taken) - before))
+        excess = len(self._pending) - self.max_queue
         if excess > 0:
             self._count_dropped(self._pop_front(excess))
 
@@ -357,7 +386,7 @@ class StreamPusher:
         if call[5] is None:
             self._add_pending(rec.error_record(fields, call), fields, 1)
         elif self.batch == 1 and self._encoded:
-            self._add_encoded(rec.success_line(fields, call), fields, 1)
+            self._add_encoded(rec.success_line(fields, *call[1:]), fields, 1)
         elif self.batch == 1:
             self._add_pending(rec.success_record(fields, call), fields, 1)
         else:
@@ -410,9 +439,10 @@ class StreamPusher:
         if self._encoded:
             queues.append(self._keys)
         for queue in queues:
-            pop = queue.popleft
-            for _ in range(count):
-                pop()
+            if count >= len(queue):  # a push of all that was pending: the common case
+                queue.clear()
+            else:
+                _consume(starmap(queue.popleft, repeat((), count)))
         return calls
 
     def _send(self) -> bool:
@@ -465,6 +495,14 @@ class StreamPusher:
                 self.max_queue,
                 self.dropped,
             )
+
+
+_LINE, _KEY = itemgetter(0), itemgetter(1)  # of the inbox's (line, key) pairs
+
+
+def _consume(items: Iterable[Any]) -> None:
+    """Run through ``items`` in C (no Python step per item)."""
+    collections.deque(items, maxlen=0)
 
 
 def _stream_metrics(name: str) -> tuple[Any, Any, Any]:

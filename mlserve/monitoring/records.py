@@ -193,16 +193,26 @@ def success_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]
     return record
 
 
-def success_line(fields: ModelFields, call: tuple[Any, ...]) -> bytes:
-    """``dumps(success_record(fields, call))``, byte for byte: the fields come first in a
-    record, so their JSON (encoded once) heads the JSON of the rest. Rows in and out (the
-    common case) are checked here, without a call each (the request thread pays for this)."""
-    _, start, request, response, op, microsec, metrics = call
-    rows = request.get("inputs") if type(request) is dict else None
-    if not (type(rows) is list and not (rows and type(rows[0]) is dict)):
+def success_line(
+    fields: ModelFields,
+    start: datetime,
+    request: Any,
+    response: Any,
+    op: str,
+    microsec: int,
+    metrics: dict[str, Any] | None = None,
+) -> bytes:
+    """``dumps(success_record(fields, (model, start, request, ...)))``, byte for byte: the
+    fields come first in a record, so their JSON (encoded once) heads the JSON of the rest.
+    The request thread pays for this line: the call's parts come as arguments (no tuple),
+    and rows in and out (the common case) are recognised inline, in few steps."""
+    try:  # rows in and out (the common case) are plain already: recognised inline
+        rows_in, rows_out = request.get("inputs"), response.get("outputs")
+    except Exception:  # not dicts: the general code below decides
+        rows_in = rows_out = None
+    if not (type(rows_in) is list and rows_in and type(rows_in[0]) is not dict):
         request = _plain_request(request, copy=False)
-    rows = response.get("outputs") if type(response) is dict else None
-    if not (type(rows) is list and not (rows and type(rows[0]) is dict)):
+    if not (type(rows_out) is list and rows_out and type(rows_out[0]) is not dict):
         response = _plain_response(response, copy=False)
     rest = {
         "request": request,

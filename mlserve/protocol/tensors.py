@@ -709,6 +709,7 @@ _NON_FINITE = {
 # token; the random part keeps a client's own strings from ever matching.
 _MARK = f"\x00{secrets.token_hex(8)}:"
 _MARK_JSON = b'"\\u0000' + _MARK[1:].encode()
+_BACKSLASH = ord("\\")
 _MARKED = re.compile(re.escape(_MARK_JSON) + rb'(NaN|Infinity|-Infinity)"')
 
 
@@ -746,7 +747,9 @@ def dumps(obj: Any) -> bytes:
     except orjson.JSONEncodeError:
         # orjson refuses some arrays (non-native byte order) without asking `default`.
         data = orjson.dumps(obj, default=_default, option=orjson.OPT_NON_STR_KEYS)
-    if _MARK_JSON in data:
+    # A mark starts with a backslash: an int `in` is a memchr, where a bytes `in` first raises
+    # and clears a TypeError (Python 3.11) and then scans: most JSON has no backslash at all.
+    if _BACKSLASH in data and data.find(_MARK_JSON) != -1:
         data = _MARKED.sub(rb"\1", data)
     return data
 

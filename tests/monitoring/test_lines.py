@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict, defaultdict
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 import mlserve
 from mlserve.monitoring import records as rec
+from mlserve.monitoring.pusher import StreamPusher
 from mlserve.protocol.tensors import dumps
 from tests.monitoring.conftest import FailingModel, SumModel, wait_for
 
@@ -41,6 +43,12 @@ CALLS = [
     ({"inputs": np.ones((2, 2))}, {"outputs": np.int64(3)}, {"acc": np.float32(0.5)}),
     ("not a dict", None, {"n": 1}),
     ({"no": "inputs"}, ["not", "a", "dict"], {}),
+    ({"inputs": []}, {"outputs": []}, None),
+    ({"inputs": [{"a": 1}]}, {"outputs": [[1.5], [2.5]]}, None),
+    (defaultdict(list, {"x": 1}), OrderedDict(outputs=[1, 2]), None),  # read, never changed
+    (ROWS, {"outputs": [TENSOR]}, None),
+    ({"inputs": [TENSOR]}, {"outputs": [1]}, None),
+    (ROWS, "text", None),
 ]
 STARTS = [
     datetime(2026, 11, 23, 12, 0, 0, 0, tzinfo=UTC),
@@ -58,7 +66,9 @@ def test_a_line_is_the_dict_record_encoded_byte_for_byte() -> None:
         for start in STARTS:
             for request, response, metrics in CALLS:
                 call = (model, start, request, response, "infer", 12, metrics)
-                assert rec.success_line(fields, call) == dumps(rec.success_record(fields, call))
+                line = rec.success_line(fields, *call[1:])
+                assert line == dumps(rec.success_record(fields, call))
+    assert dict(CALLS[8][0]) == {"x": 1}  # a defaultdict request is read, never written to
 
 
 @given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-5))])))
@@ -197,3 +207,86 @@ def test_a_record_that_cannot_be_encoded_fails_no_request(
     assert [r["request"]["id"] for r in lines_of(path)] == ["ok"]
     assert (pusher.sent, pusher.dropped) == (1, 1)
     assert any("cannot build a record" in r.getMessage() for r in caplog.records)
+
+
+def test_errors_and_successes_reach_the_file_in_call_order(
+    tmp_path: Path, make_server: Any
+) -> None:
+    """A failed call's line is built on the request thread too: one inbox of lines."""
+    path = tmp_path / "logs.jsonl"
+    server = make_server(str(path), {"m1": SumModel, "bad": FailingModel})
+    for i in range(6):
+        model = "bad" if i % 3 == 1 else "m1"
+        server.test(f"/v2/models/{model}/infer", {"id": f"r{i}", "inputs": [[i]]}, silent=True)
+    server.wait_for_completion()
+    records = lines_of(path)
+    assert [r["request"]["id"] for r in records] == [f"r{i}" for i in range(6)]
+    assert [r.get("error") for r in records] == [None, "no luck", None, None, "no luck", None]
+    assert [r["model"] for r in records] == ["m1", "bad", "m1", "m1", "bad", "m1"]
+
+
+def test_past_the_bound_a_file_stream_keeps_the_newest_lines_in_order(
+    tmp_path: Path, make_server: Any
+) -> None:
+    """The file cannot be written (its folder is a file): the lines wait, past ``max_queue``
+    the oldest give way, counted; once it can be written the newest arrive, in order."""
+    blocker = tmp_path / "logs"
+    blocker.write_text("not a folder")
+    server = make_server(str(blocker / "model-logs.jsonl"), stream_args={"max_queue": 5})
+    pusher = next(server.iter_models()).model_logger.pusher
+    for i in range(40):
+        server.test("/v2/models/m1/infer", {"id": f"r{i}", "inputs": [[i]]})
+        if i % 8 == 7:  # let the sender take what waits: pending lines pass the bound too
+            pusher.flush(timeout=0.2)
+    wait_for(lambda: pusher.dropped >= 35 and pusher.failed > 0)
+    blocker.unlink()
+    server.wait_for_completion()
+    ids = [r["request"]["id"] for r in lines_of(blocker / "model-logs.jsonl")]
+    assert ids == [f"r{i}" for i in range(40 - len(ids), 40)]
+    assert 1 <= len(ids) <= 5
+    assert (pusher.sent, pusher.sent + pusher.dropped) == (len(ids), 40)
+
+
+class JsonTarget:
+    """A push_json target that keeps the lines and keys it is given."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.keys: list[bytes] = []
+
+    def push(self, records: list[dict[str, Any]]) -> None:
+        raise AssertionError("a push_json target gets lines")
+
+    def push_json(self, lines: list[bytes], keys: list[bytes]) -> None:
+        self.lines += lines
+        self.keys += keys
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class KeylessTarget(JsonTarget):
+    uses_keys = False
+
+
+def test_lines_carry_model_names_as_keys_to_targets_that_use_keys() -> None:
+    start = datetime(2026, 11, 23, 12, 0, 0, 5, tzinfo=UTC)
+    for target_class, keyed in ((JsonTarget, True), (KeylessTarget, False)):
+        target = target_class()
+        pusher = StreamPusher(target)
+        a, b = Model("a"), Model("b", "v1")
+        pusher.push(a, start, {"id": "1", "inputs": [[1]]}, {"outputs": [1]}, "infer", 5)
+        pusher.push_error(b, start, {"id": "2", "inputs": [[2]]}, "infer", ValueError("no"))
+        pusher.push(b, start, {"id": "3", "inputs": [[3]]}, {"outputs": [3]}, "infer", 6)
+        pusher.close()
+        records = [json.loads(line) for line in target.lines]
+        assert [(r["model"], r["request"]["id"], r.get("error")) for r in records] == [
+            ("a", "1", None),
+            ("b", "2", "no"),
+            ("b", "3", None),
+        ]
+        assert target.keys == ([b"a", b"b", b"b"] if keyed else [])
+        assert (pusher.sent, pusher.dropped) == (3, 0)

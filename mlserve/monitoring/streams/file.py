@@ -22,6 +22,8 @@ def _path_of(url: str) -> Path:
 class FileStream:
     """Appends records as JSON lines; the file is opened on the first push."""
 
+    uses_keys = False  # push_json's keys (model names) are not written: the pusher keeps none
+
     def __init__(self, url: str, **args: Any) -> None:
         self.path = _path_of(url)
         self._file: Any = None
