@@ -9,19 +9,13 @@ passes them on).
 from __future__ import annotations
 
 import logging
-from itertools import chain
 from typing import Any
 
 from mlserve.http import gate
 from mlserve.http.settings import FaceSettings
 from mlserve.protocol.errors import MLServeError, PayloadTooLarge
 from mlserve.server.events import Event, Response, Trigger
-from mlserve.server.graph_server import (
-    GraphServer,
-    encode_response,
-    encode_response_async,
-    encodes_off_loop,
-)
+from mlserve.server.graph_server import GraphServer, encode_response
 
 __all__ = ["create_app"]
 
@@ -68,8 +62,7 @@ def _head_refusal(settings: FaceSettings, scope: Scope, raw_path: bytes) -> Resp
     if target > settings.max_url_bytes:
         return Response({"error": f"the URL exceeds {settings.max_url_bytes} bytes"}, 414)
     lines = scope["headers"]
-    size = sum(map(len, chain.from_iterable(lines))) + 4 * len(lines)  # names, values, ": ", CRLF
-    if len(lines) > settings.max_headers or size > settings.max_header_bytes:
+    if len(lines) > settings.max_headers or gate.header_bytes(lines) > settings.max_header_bytes:
         return Response({"error": "request headers exceed the limits"}, 431)
     return None
 
@@ -100,14 +93,7 @@ async def _answer(
             )
     except MLServeError as exc:
         return encode_response(server.error_response(exc))
-    response = await server.run_async(event)
-    if encodes_off_loop(response):
-        response = await encode_response_async(response)
-    else:
-        response = encode_response(response)
-    if "accept-encoding" not in headers:
-        return response
-    return await gate.compress_async(response, headers["accept-encoding"])
+    return await gate.answer(server, event, headers)
 
 
 async def _to_event(scope: Scope, receive: Any, headers: dict[str, str], limit: int) -> Event:

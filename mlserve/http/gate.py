@@ -10,14 +10,21 @@ import base64
 import hmac
 import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from itertools import chain
+from typing import Any
 
 from mlserve.http.settings import FaceSettings
 from mlserve.protocol.errors import InvalidInput, PayloadTooLarge
 from mlserve.protocol.names import target_error
 from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Response
-from mlserve.server.graph_server import OFF_LOOP_BYTES
+from mlserve.server.events import Event, Response
+from mlserve.server.graph_server import (
+    OFF_LOOP_BYTES,
+    encode_response,
+    encode_response_async,
+    encodes_off_loop,
+)
 
 __all__ = [
     "LIVENESS_PATHS",
@@ -181,6 +188,24 @@ def compress(response: Response, accept_encoding: str) -> Response:
             headers = {**response.headers, "Content-Encoding": name, "Vary": "Accept-Encoding"}
             return Response(compressor(body), response.status_code, response.content_type, headers)
     return response
+
+
+def header_bytes(lines: list[tuple[bytes, bytes]]) -> int:
+    """The bytes of header lines as the limit counts them: name, value, ": " and CRLF."""
+    return sum(map(len, chain.from_iterable(lines))) + 4 * len(lines)
+
+
+async def answer(server: Any, event: Event, headers: Mapping[str, str]) -> Response:
+    """What both HTTP faces send for ``event``: the server's answer encoded (big tensors
+    off the event loop), compressed when the client accepts an encoding."""
+    response = await server.run_async(event)
+    if encodes_off_loop(response):
+        response = await encode_response_async(response)
+    else:
+        response = encode_response(response)
+    if "accept-encoding" not in headers:
+        return response
+    return await compress_async(response, headers["accept-encoding"])
 
 
 async def compress_async(response: Response, accept_encoding: str) -> Response:

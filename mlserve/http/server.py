@@ -28,12 +28,7 @@ from mlserve.http import gate
 from mlserve.http.settings import FaceSettings
 from mlserve.protocol.errors import MLServeError
 from mlserve.server.events import Event, Response, Trigger
-from mlserve.server.graph_server import (
-    GraphServer,
-    encode_response,
-    encode_response_async,
-    encodes_off_loop,
-)
+from mlserve.server.graph_server import GraphServer, encode_response
 
 __all__ = ["HTTPServer", "KEEP_ALIVE_SECONDS"]
 
@@ -100,11 +95,6 @@ def response_bytes(response: Response, keep_alive: bool, head_only: bool) -> byt
 def closing_bytes(response: Response) -> bytes:
     """A refusal as it goes on the wire, closing the connection."""
     return response_bytes(encode_response(response), keep_alive=False, head_only=False)
-
-
-def _size(lines: list[tuple[bytes, bytes]]) -> int:
-    """The bytes of header lines as the limit counts them (name, value, ": " and CRLF)."""
-    return sum(len(name) + len(value) + 4 for name, value in lines)
 
 
 def request_path(url: bytes) -> str:
@@ -229,7 +219,7 @@ class HTTPProtocol(asyncio.Protocol):
         except httptools.HttpParserError:
             self._close_with(self.refusal or _BAD_REQUEST)
             return
-        if self.head_since is not None and _size(self.headers) > self.max_header_bytes:
+        if self.head_since is not None and gate.header_bytes(self.headers) > self.max_header_bytes:
             # a head still coming in, over the limit already (a whole one: on_headers_complete)
             self._close_with(closing_bytes(self._headers_too_large()))
 
@@ -299,7 +289,7 @@ class HTTPProtocol(asyncio.Protocol):
     def _read_head(self, raw: list[tuple[bytes, bytes]]) -> _Head:
         """The header lines decoded; lines over the size limit, or a declared body
         over the body limit, are refused."""
-        if _size(raw) > self.max_header_bytes:
+        if gate.header_bytes(raw) > self.max_header_bytes:
             self.refuse(self._headers_too_large())
         limit = self.max_body_bytes
         headers: dict[str, str] = {}
@@ -404,13 +394,7 @@ class HTTPProtocol(asyncio.Protocol):
             if "content-encoding" in headers and event.body:
                 response = await self._decoded_answer(event)
             else:
-                response = await self.server.run_async(event)
-                if encodes_off_loop(response):
-                    response = await encode_response_async(response)
-                else:
-                    response = encode_response(response)
-                if "accept-encoding" in headers:
-                    response = await gate.compress_async(response, headers["accept-encoding"])
+                response = await gate.answer(self.server, event, headers)
         except Exception:
             logger.exception("request %s %s failed", event.method, event.path)
             response = _SERVER_ERROR
@@ -427,10 +411,7 @@ class HTTPProtocol(asyncio.Protocol):
             )
         except MLServeError as exc:
             return encode_response(self.server.error_response(exc))
-        response = await encode_response_async(await self.server.run_async(event))
-        if "accept-encoding" not in headers:
-            return response
-        return await gate.compress_async(response, headers["accept-encoding"])
+        return await gate.answer(self.server, event, headers)
 
     def _finish(self, data: bytes, keep_alive: bool) -> None:
         if self.lost:
