@@ -20,7 +20,6 @@ from mlserve.protocol.tensors import (
     decode_tensor,
     encode_tensor,
     loads,
-    plain_output,
     plain_tensor,
 )
 
@@ -251,8 +250,7 @@ def build_outputs(
     if type(result) is np.ndarray and "outputs" not in request:
         # the common answer, one array and no output named: what the general code gives
         binary = "parameters" in request and wants_binary(request, default_name)
-        obj = plain_output(default_name, result, binary)
-        return [encode_tensor(default_name, result, binary=binary) if obj is None else obj]
+        return [encode_tensor(default_name, result, binary=binary)]  # (its plain_output first)
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):
