@@ -98,20 +98,13 @@ def _is_coroutine_function(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-_last_start: tuple[int, datetime | None] = (0, None)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _datetime(ns: int) -> datetime:
-    """A ``time.time_ns()`` reading as an aware UTC datetime, to the microsecond below as
-    ``when_ns`` formats it: the same object for the same reading (``when`` knows the
-    start it formatted last by identity)."""
-    global _last_start
-    last_ns, start = _last_start
-    if last_ns != ns or start is None:
-        start = _EPOCH + timedelta(microseconds=ns // 1000)  # exact, as when_ns reads it
-        _last_start = (ns, start)  # a tuple swap: safe from any thread
-    return start
+    """A ``time.time_ns()`` reading as an aware UTC datetime, to the microsecond below
+    (exact, as ``when_ns`` formats the response's timestamp from the same reading)."""
+    return _EPOCH + timedelta(microseconds=ns // 1000)
 
 
 async def _awaited(awaitable: Any) -> Any:

@@ -81,29 +81,20 @@ def _nested(flat: list[Any], shape: list[int]) -> Any:
 
 # The last UTC second formatted: ((year, month, day, hour, minute, second), its text).
 _second: tuple[tuple[int, ...] | None, str] = (None, "")
-# The last start formatted, and its text: a call's start is formatted twice (the response's
-# ``timestamp``, then the record's ``when``), the second time for the price of an ``is``.
-_last: tuple[datetime | None, str] = (None, "")
 
 
 def when(start: datetime) -> str:
-    """``start.isoformat(sep=" ", timespec="microseconds")``; the start formatted last, and a
-    UTC start's second, reuse their text (tuple swaps: safe from any thread)."""
-    global _second, _last
-    last, text = _last
-    if last is start:
-        return text
+    """``start.isoformat(sep=" ", timespec="microseconds")``; a UTC start's second reuses
+    its text (a tuple swap: safe from any thread)."""
+    global _second
     if start.tzinfo is not UTC:
-        text = start.isoformat(sep=" ", timespec="microseconds")
-    else:
-        key = (start.year, start.month, start.day, start.hour, start.minute, start.second)
-        cached, second = _second
-        if key != cached:
-            second = start.isoformat(sep=" ", timespec="seconds")[:19]
-            _second = (key, second)
-        text = f"{second}.{start.microsecond:06d}+00:00"
-    _last = (start, text)
-    return text
+        return start.isoformat(sep=" ", timespec="microseconds")
+    key = (start.year, start.month, start.day, start.hour, start.minute, start.second)
+    cached, second = _second
+    if key != cached:
+        second = start.isoformat(sep=" ", timespec="seconds")[:19]
+        _second = (key, second)
+    return f"{second}.{start.microsecond:06d}+00:00"
 
 
 # The last whole second of a ``time_ns`` reading formatted: (seconds since the epoch, text).

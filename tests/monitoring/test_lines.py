@@ -82,13 +82,20 @@ def test_when_of_utc_starts_in_any_order_is_isoformat(starts: list[datetime]) ->
         assert rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
 
 
-def test_when_of_the_start_formatted_last_is_its_own_text() -> None:
-    """A start is formatted twice per call (the response's timestamp, the record's when):
-    the second time reuses the text of the same object, never of an equal-looking one."""
+def test_when_of_starts_a_microsecond_apart_is_each_its_own_text() -> None:
+    """Starts in one second share the second's cached text, never each other's."""
     for start in STARTS:
         again = start.replace(microsecond=(start.microsecond + 1) % 1_000_000)
         for value in (start, start, again, again, start):
             assert rec.when(value) == value.isoformat(sep=" ", timespec="microseconds")
+
+
+@given(st.integers(min_value=0, max_value=2**62))
+def test_when_ns_is_when_of_the_same_reading(ns: int) -> None:
+    """The response's timestamp (from time_ns) and the record's when (from its datetime)
+    of one call's start are the same text."""
+    start = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ns // 1000)
+    assert rec.when_ns(ns) == rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
 
 
 def test_file_records_hold_the_calls_in_order(tmp_path: Path, make_server: Any) -> None:
