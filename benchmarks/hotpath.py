@@ -107,6 +107,15 @@ async def _round(face: str, server: Any, requests: int, concurrency: int) -> flo
     return (time.process_time() - started) / (per_client * concurrency) * 1e6
 
 
+def echo_server() -> Any:
+    """The benchmark's echo model (benchmarks/servers/mlserve_model.py), initialised."""
+    fn = load_function(str(HERE / "servers" / "mlserve_model.py"))
+    server = fn.to_graph_server()
+    server.init_states(namespace=fn.namespace)
+    server.init_object(fn.namespace)
+    return server
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -116,10 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--faces", nargs="+", default=["protocol", "asgi"])
     args = parser.parse_args(argv)
-    fn = load_function(str(HERE / "servers" / "mlserve_model.py"))
-    server = fn.to_graph_server()
-    server.init_states(namespace=fn.namespace)
-    server.init_object(fn.namespace)
+    server = echo_server()
     best: dict[str, float] = {}
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(_round(args.faces[0], server, 2000, args.concurrency))  # warm-up

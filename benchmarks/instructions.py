@@ -45,16 +45,6 @@ _MOCK = (
 )
 
 
-def _echo_server() -> Any:
-    from mlserve.cli import load_function
-
-    fn = load_function(str(HERE / "servers" / "mlserve_model.py"))
-    server = fn.to_graph_server()
-    server.init_states(namespace=fn.namespace)
-    server.init_object(fn.namespace)
-    return server
-
-
 def _inline(server: Any) -> None:
     from mlserve.server.limits import gate_of, limits_of
 
@@ -69,7 +59,7 @@ def _http(count: int) -> None:
 
     from benchmarks import hotpath
 
-    server = _echo_server()
+    server = hotpath.echo_server()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(hotpath._round("protocol", server, 80, 8))
         _inline(server)
@@ -80,10 +70,11 @@ def _grpc(count: int) -> None:
     """``count`` typed ModelInfer calls through the V2 servicer, after the gate's warm-up."""
     import uvloop
 
+    from benchmarks import hotpath
     from benchmarks.servers import grpc_servicer_cpu
     from mlserve.grpc.service import InferenceServicer
 
-    servicer = InferenceServicer(_echo_server())
+    servicer = InferenceServicer(hotpath.echo_server())
     body = grpc_servicer_cpu._request("typed")
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(grpc_servicer_cpu._round(servicer, body, 80))

@@ -65,25 +65,17 @@ def test_the_goals_of_every_section_are_collected_in_one_table() -> None:
     ]
 
 
-def test_the_instructions_driver_sends_http_requests_through_the_protocol() -> None:
+@pytest.mark.parametrize("case", ["http", "grpc"])
+def test_the_instructions_drivers_answer_their_requests(case: str) -> None:
+    """``http`` through the HTTP protocol (hotpath's transport raises on any answer but a
+    200), ``grpc`` through the V2 servicer (the driver's context raises on any abort)."""
     subprocess.run(
-        [sys.executable, "-m", "benchmarks.instructions", "--run-http", "40"],
+        [sys.executable, "-m", "benchmarks.instructions", f"--run-{case}", "40"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         timeout=120,
-        check=True,  # hotpath's transport raises on any answer but a 200
-    )
-
-
-def test_the_instructions_driver_calls_the_grpc_servicer() -> None:
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.instructions", "--run-grpc", "40"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        timeout=120,
-        check=True,  # the driver's context raises on any abort
+        check=True,
     )
 
 
