@@ -20,7 +20,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -96,15 +95,6 @@ def _is_coroutine_function(fn: Any) -> bool:
     if code is not None:
         return bool(code.co_flags & inspect.CO_COROUTINE)
     return inspect.iscoroutinefunction(fn)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _datetime(ns: int) -> datetime:
-    """A ``time.time_ns()`` reading as an aware UTC datetime, to the microsecond below
-    (exact, as ``when_ns`` formats the response's timestamp from the same reading)."""
-    return _EPOCH + timedelta(microseconds=ns // 1000)
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -408,7 +398,7 @@ class V2ModelServer:
     async def _infer(self, event: Event, body: Any, op: str, event_id: Any, runner: Any) -> Any:
         if not self.ready:
             await self._wait_ready(event, runner)
-        start_ns = time.time_ns()  # the call's wall-clock start, as a datetime only when needed
+        start_ns = time.time_ns()  # the call's wall-clock start: records and timestamps take it
         if not isinstance(body, dict):
             got = "an empty body" if body is None else type(body).__name__
             raise InvalidInput(f"the request body must be a JSON object, got {got}")
@@ -429,7 +419,7 @@ class V2ModelServer:
             if self.model_logger is not None:
                 if isinstance(request, dict) and "id" not in request:
                     request = {**request, "id": event_id}  # the record names the request (mlrun)
-                self.model_logger.push_error(self, _datetime(start_ns), request, op, exc)
+                self.model_logger.push_error(self, start_ns, request, op, exc)
             raise
         elapsed_ns = time.perf_counter_ns() - started_ns
         if runner.counts_executions:  # the batcher recorded the merged call
@@ -438,7 +428,7 @@ class V2ModelServer:
             self.stats.record_call(elapsed_ns, compute_ns)
         self._recorder().ok(op, elapsed_ns / 1e9)
         if self.model_logger is not None:
-            self._log(_datetime(start_ns), elapsed_ns // 1000, request, response, op)
+            self._log(start_ns, elapsed_ns // 1000, request, response, op)
         return response
 
     def _recorder(self) -> ModelRecorder:
@@ -472,7 +462,7 @@ class V2ModelServer:
                 response["timestamp"] = when_ns(start_ns)  # its second's text cached
         return response
 
-    def _log(self, start: datetime, microsec: int, request: Any, response: Any, op: str) -> None:
+    def _log(self, start_ns: int, microsec: int, request: Any, response: Any, op: str) -> None:
         inputs, outputs = self.logged_results(request, response, op)
         if inputs is not None or outputs is not None:
             request = {"id": request.get("id"), "inputs": inputs or []}
@@ -480,4 +470,4 @@ class V2ModelServer:
         metrics = self.metrics or None  # no new dict per call when no metric was set
         if metrics is not None:
             self.metrics = {}
-        self.model_logger.push(self, start, request, response, op, microsec, metrics)
+        self.model_logger.push(self, start_ns, request, response, op, microsec, metrics)

@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mlserve.monitoring.records import at_ns
+
 __all__ = [
     "EndpointMetadata",
     "EndpointRegistry",
@@ -113,8 +115,9 @@ class Tally:
 
     __slots__ = ("calls", "first", "last", "_reads", "_folded")
 
-    def __init__(self, first: datetime) -> None:
+    def __init__(self, first: int) -> None:
         self.calls = itertools.count()
+        # Starts as time.time_ns() readings (the model's own: an int compares cheaply).
         self.first = first  # never reset: a store keeps the earliest
         self.last = first
         self._reads = 0  # next() calls of the flusher
@@ -160,9 +163,9 @@ class EndpointRegistry:
             if error:
                 counts.errors += 1
 
-    def tally(self, uid: str, when: datetime) -> Tally:
+    def tally(self, uid: str, when: int) -> Tally:
         """The lock-free counter of ``uid``'s successful calls (``when``: the first one's
-        start; the tally does not count it: the caller does). Asked again after
+        start, in ``time_ns()``; the tally does not count it: the caller does). Asked again after
         ``close()``, it starts the flusher again."""
         with self._lock:
             tally = self._tallies.get(uid)
@@ -178,11 +181,12 @@ class EndpointRegistry:
             new = tally.take()
             if not new:
                 continue
+            tallied = RequestCounts(at_ns(tally.first), at_ns(tally.last), new)
             counts = self._counts.get(uid)
             if counts is None:
-                self._counts[uid] = RequestCounts(tally.first, tally.last, new)
+                self._counts[uid] = tallied
             else:
-                counts.merge(RequestCounts(tally.first, tally.last, new))
+                counts.merge(tallied)
 
     def _start_flusher(self) -> None:
         self._thread = threading.Thread(

@@ -10,12 +10,16 @@ request thread), so the per-record work is kept small: ``success_line`` writes t
 JSON of ``success_record`` without building the record (the model's fields are
 encoded once), and ``when`` formats a UTC start from a per-second cache
 (``datetime.isoformat`` costs several microseconds).
+
+A call's ``start`` is a ``time.time_ns()`` reading (what the model keeps: no
+datetime is built per call) or, from user code that logs through the pusher, a
+``datetime``; records write either the same way.
 """
 
 from __future__ import annotations
 
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -26,12 +30,15 @@ from mlserve.protocol.tensors import decode_tensor, dumps
 __all__ = [
     "BATCH_HEADERS",
     "ModelFields",
+    "at_ns",
     "batch_row",
     "error_record",
+    "ns_of",
     "plain_tensors",
     "success_line",
     "success_record",
     "when",
+    "when_ns",
 ]
 
 BATCH_HEADERS = ["request", "op", "resp", "when", "microsec", "metrics"]
@@ -81,12 +88,17 @@ def _nested(flat: list[Any], shape: list[int]) -> Any:
 
 # The last UTC second formatted: ((year, month, day, hour, minute, second), its text).
 _second: tuple[tuple[int, ...] | None, str] = (None, "")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
-def when(start: datetime) -> str:
-    """``start.isoformat(sep=" ", timespec="microseconds")``; a UTC start's second reuses
-    its text (a tuple swap: safe from any thread)."""
+def when(start: datetime | int) -> str:
+    """``start.isoformat(sep=" ", timespec="microseconds")`` (a ``time_ns()`` start: as
+    its UTC datetime); a UTC start's second reuses its text (a tuple swap: safe from any
+    thread)."""
     global _second
+    if type(start) is int:
+        return when_ns(start)
     if start.tzinfo is not UTC:
         return start.isoformat(sep=" ", timespec="microseconds")
     key = (start.year, start.month, start.day, start.hour, start.minute, start.second)
@@ -97,20 +109,44 @@ def when(start: datetime) -> str:
     return f"{second}.{start.microsecond:06d}+00:00"
 
 
-# The last whole second of a ``time_ns`` reading formatted: (seconds since the epoch, text).
+# The last whole second of a ``time_ns`` reading formatted: (seconds since the epoch, text);
+# and the last reading formatted, whole: a call's record formats the start its response's
+# ``timestamp`` formatted just before.
 _second_ns: tuple[int, str] = (-1, "")
+_last_ns: tuple[int, str] = (-1, "")
 
 
 def when_ns(ns: int) -> str:
     """``when`` of a ``time.time_ns()`` reading (UTC, to the microsecond below): the
-    response's ``timestamp``, with no datetime built unless the second changed."""
-    global _second_ns
+    response's ``timestamp`` and the record's ``when``, with no datetime built unless the
+    second changed."""
+    global _second_ns, _last_ns
+    last, text = _last_ns
+    if last == ns:
+        return text
     seconds, micro = divmod(ns // 1000, 1_000_000)
     cached, second = _second_ns
     if cached != seconds:
         second = datetime.fromtimestamp(seconds, UTC).isoformat(sep=" ")[:19]
         _second_ns = (seconds, second)
-    return f"{second}.{micro:06d}+00:00"
+    text = f"{second}.{micro:06d}+00:00"
+    _last_ns = (ns, text)
+    return text
+
+
+def at_ns(ns: int) -> datetime:
+    """A ``time.time_ns()`` reading as an aware UTC datetime, to the microsecond below
+    (exact: ``when`` of either is one text)."""
+    return _EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def ns_of(start: datetime | int) -> int:
+    """A call's start as nanoseconds since the epoch (a naive datetime is taken as UTC)."""
+    if type(start) is int:
+        return start
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    return (start - _EPOCH) // _MICROSECOND * 1000
 
 
 def _plain_request(request: Any, copy: bool = True) -> Any:
@@ -186,7 +222,7 @@ def success_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]
 
 def success_line(
     fields: ModelFields,
-    start: datetime,
+    start: datetime | int,
     request: Any,
     response: Any,
     op: str,
@@ -209,7 +245,7 @@ def success_line(
         "request": request,
         "op": op,
         "resp": response,
-        "when": when(start),
+        "when": when_ns(start) if type(start) is int else when(start),
         "microsec": microsec,
     }
     if metrics:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from mlserve.monitoring.endpoints import EndpointRegistry, EndpointType, ModelEndpoint, Tally
 from mlserve.monitoring.pusher import StreamPusher
+from mlserve.monitoring.records import at_ns, ns_of
 
 __all__ = ["ModelTracker", "setup", "stream_path"]
 
@@ -41,42 +42,45 @@ class ModelTracker:
     def push(
         self,
         model: Any,
-        start: datetime,
+        start: datetime | int,
         request: Any,
         response: Any,
         op: str,
         microsec: int,
         metrics: dict[str, Any] | None = None,
     ) -> None:
+        """Count and log one successful call; ``start``: the model's ``time.time_ns()``
+        reading, or a datetime from user code."""
+        ns = start if type(start) is int else ns_of(start)
         tally = self._tallies.get(id(model), _UNSEEN)
         if tally is _UNSEEN:
-            tally = self._tally(model, start)
+            tally = self._tally(model, ns)
         if tally is not None:  # atomic steps (see Tally): no lock on the request path
             next(tally.calls)
-            if start > tally.last:  # calls come mostly in order: one comparison
-                tally.last = start
-            elif start < tally.first:
-                tally.first = start
+            if ns > tally.last:  # calls come mostly in order: one comparison
+                tally.last = ns
+            elif ns < tally.first:
+                tally.first = ns
         if self.pusher is not None:
             self.pusher.push(model, start, request, response, op, microsec, metrics)
 
     def push_error(
-        self, model: Any, start: datetime, request: Any, op: str, exc: BaseException
+        self, model: Any, start: datetime | int, request: Any, op: str, exc: BaseException
     ) -> None:
         self._count(model, start, True)
         if self.pusher is not None:
             self.pusher.push_error(model, start, request, op, exc)
 
-    def _tally(self, model: Any, start: datetime) -> Tally | None:
+    def _tally(self, model: Any, ns: int) -> Tally | None:
         uid = getattr(model, "model_endpoint_uid", None)
-        tally = self.registry.tally(uid, start) if self.registry is not None and uid else None
+        tally = self.registry.tally(uid, ns) if self.registry is not None and uid else None
         self._tallies[id(model)] = tally
         return tally
 
-    def _count(self, model: Any, start: datetime, error: bool) -> None:
+    def _count(self, model: Any, start: datetime | int, error: bool) -> None:
         uid = getattr(model, "model_endpoint_uid", None)
         if self.registry is not None and uid:
-            self.registry.count(uid, start, error)
+            self.registry.count(uid, at_ns(ns_of(start)), error)
 
     def close(self) -> None:
         """Flush the stream and the request counters (at server shutdown)."""

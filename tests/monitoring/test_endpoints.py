@@ -168,6 +168,28 @@ def test_calls_counted_from_many_threads_are_all_written(store_url: str) -> None
     assert m1.status.last_request == base + timedelta(hours=1)
 
 
+def test_a_model_call_counts_at_its_start(store_url: str) -> None:
+    """A model hands its tracker its call's time_ns() start; user code a datetime: both
+    count, and the record's first and last requests are those starts."""
+    project = unique("p")
+    server = start(make_function(project, store_url))
+    model = server.graph.routes["m1"].object
+    tracker = model.model_logger
+    tracker.pusher = None  # only the counters here
+    before = datetime.now(UTC)
+    server.test("/v2/models/m1/infer", ROWS)
+    after = datetime.now(UTC)
+    late = after + timedelta(minutes=5)
+    tracker.push(model, late, ROWS, {"outputs": [3]}, "infer", 5)
+    tracker.close()
+    store = open_store(store_url)
+    (m1,) = [e for e in store.list(project) if e.spec.model == "m1:latest"]
+    store.close()
+    assert m1.status.metrics == {"requests": 2}
+    assert before - timedelta(microseconds=1) <= m1.status.first_request <= after
+    assert m1.status.last_request == late
+
+
 class Ensemble(BaseModelRouter):
     """Stands for VotingEnsemble: any router that is not a plain ModelRouter."""
 

@@ -98,6 +98,32 @@ def test_when_ns_is_when_of_the_same_reading(ns: int) -> None:
     assert rec.when_ns(ns) == rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
 
 
+@given(st.lists(st.integers(min_value=0, max_value=2**62), min_size=1, max_size=6))
+def test_a_time_ns_start_is_written_as_its_datetime(readings: list[int]) -> None:
+    """The model hands the pusher its time_ns() start: the record's when, and the start
+    as a datetime (endpoint records), are those of the same reading, whatever came before
+    (the last reading's text is cached: never another's)."""
+    for ns in [*readings, *reversed(readings), *readings]:
+        start = rec.at_ns(ns)
+        assert start == datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ns // 1000)
+        assert rec.when(ns) == rec.when_ns(ns) == rec.when(start)
+        assert rec.ns_of(start) == ns // 1000 * 1000 and rec.ns_of(ns) == ns
+
+
+def test_a_naive_datetime_start_counts_as_utc() -> None:
+    naive = datetime(2026, 11, 23, 12, 0, 0, 5)
+    assert rec.at_ns(rec.ns_of(naive)) == naive.replace(tzinfo=UTC)
+
+
+def test_success_line_of_a_time_ns_start_is_the_record_of_its_datetime() -> None:
+    fields = rec.ModelFields(Model("m"), 0, "p/f")
+    ns = 1_795_000_000_123_456_789
+    line = rec.success_line(fields, ns, ROWS, {"outputs": [3, 7]}, "infer", 5)
+    call = (None, rec.at_ns(ns), ROWS, {"outputs": [3, 7]}, "infer", 5, None)
+    assert line == dumps(rec.success_record(fields, call))
+    assert json.loads(line)["when"] == "2026-11-18 11:06:40.123456+00:00"
+
+
 def test_file_records_hold_the_calls_in_order(tmp_path: Path, make_server: Any) -> None:
     path = tmp_path / "logs.jsonl"
     server = make_server(str(path), {"m1:v2": SumModel, "bad": FailingModel})
