@@ -35,10 +35,17 @@ BODY = json.dumps(
     }
 ).encode()
 PATH = b"/v2/models/echo/infer"
-REQUEST = (
-    b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-    b"Content-Length: %d\r\n\r\n%s" % (PATH, len(BODY), BODY)
-)
+
+
+def http_request(path: bytes, body: bytes) -> bytes:
+    """The bytes of a keep-alive JSON POST of ``body`` to ``path``."""
+    return (
+        b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (path, len(body), body)
+    )
+
+
+REQUEST = http_request(PATH, BODY)
 
 
 class _Transport:
@@ -57,14 +64,14 @@ class _Transport:
         pass
 
 
-async def _protocol_client(owner: HTTPServer, count: int) -> None:
+async def _protocol_client(owner: HTTPServer, count: int, request: bytes = REQUEST) -> None:
     transport = _Transport()
     protocol = HTTPProtocol(owner)
     protocol.connection_made(transport)
     loop = asyncio.get_running_loop()
     for _ in range(count):
         transport.answered = loop.create_future()
-        protocol.data_received(REQUEST)
+        protocol.data_received(request)
         await transport.answered
 
 
@@ -93,12 +100,15 @@ async def _asgi_client(app: Any, count: int) -> None:
         await app(scope, receive, send)
 
 
-async def _round(face: str, server: Any, requests: int, concurrency: int) -> float:
+async def _round(
+    face: str, server: Any, requests: int, concurrency: int, request: bytes = REQUEST
+) -> float:
+    """CPU µs per request of ``concurrency`` clients (``request``: the protocol face's bytes)."""
     per_client = requests // concurrency
     if face == "protocol":
         owner = HTTPServer(server)
         owner.loop = asyncio.get_running_loop()
-        clients = [_protocol_client(owner, per_client) for _ in range(concurrency)]
+        clients = [_protocol_client(owner, per_client, request) for _ in range(concurrency)]
     else:
         app = create_app(server)
         clients = [_asgi_client(app, per_client) for _ in range(concurrency)]
@@ -109,7 +119,11 @@ async def _round(face: str, server: Any, requests: int, concurrency: int) -> flo
 
 def echo_server() -> Any:
     """The benchmark's echo model (benchmarks/servers/mlserve_model.py), initialised."""
-    fn = load_function(str(HERE / "servers" / "mlserve_model.py"))
+    return initialised(load_function(str(HERE / "servers" / "mlserve_model.py")))
+
+
+def initialised(fn: Any) -> Any:
+    """``fn``'s graph server, initialised as ``mlserve serve`` does."""
     server = fn.to_graph_server()
     server.init_states(namespace=fn.namespace)
     server.init_object(fn.namespace)

@@ -1,6 +1,6 @@
 """Instructions per request, counted by valgrind's callgrind: an A/B for small cuts.
 
-    python -m benchmarks.instructions [--case http grpc mock] [--requests 1000] [--mlrun]
+    python -m benchmarks.instructions [--case http grpc mock tracking] [--requests 1000] [--mlrun]
 
 Wall and CPU clocks swing with the machine's load (2 cores shared with every other
 process); the number of instructions a request executes does not (within about 0.3%
@@ -18,16 +18,25 @@ servers: ``make bench`` does that.
   the echo model inline.
 - ``mock``: ``server.test("/v2/models/m/infer", body)`` of ``inprocess_case``'s router;
   ``--mlrun`` also counts mlrun's mock server (its environment under benchmarks/.envs).
+- ``tracking``: the HTTP case with ``benchmarks.tracking``'s model and request (rows),
+  tracking off and on (a JSON-lines file stream, endpoint records in memory): the
+  instructions model monitoring adds to a request, the stream's sender thread included.
+
+Each run freezes what its warm-up left alive out of the collector's sight (as
+``mlserve serve`` does once started), so a full collection landing among the counted
+requests walks only their objects.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +50,8 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 _MOCK = (
     "import sys; sys.path.insert(0, {here!r}); import inprocess_case as case; "
     "server = case.build({framework!r}, 'router'); "
+    "[server.test(case.PATH, case.BODY) for _ in range({warmup})]; "
+    "import gc; gc.collect(); gc.freeze(); "
     "[server.test(case.PATH, case.BODY) for _ in range({count})]"
 )
 
@@ -53,17 +64,40 @@ def _inline(server: Any) -> None:
     gate.inline, gate._learnt = True, True  # as after 40 cheap calls, however slow valgrind is
 
 
-def _http(count: int) -> None:
+def _frozen() -> None:
+    gc.collect()
+    gc.freeze()
+
+
+def _http(count: int, server: Any = None, request: bytes | None = None) -> None:
     """``count`` requests through the HTTP protocol, after the gate's warm-up."""
     import uvloop
 
     from benchmarks import hotpath
 
-    server = hotpath.echo_server()
+    server = server or hotpath.echo_server()
+    request = request or hotpath.REQUEST
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(hotpath._round("protocol", server, 80, 8))
+        runner.run(hotpath._round("protocol", server, 80, 8, request))
         _inline(server)
-        runner.run(hotpath._round("protocol", server, count, 8))
+        runner.run(hotpath._round("protocol", server, 80, 8, request))
+        _frozen()
+        runner.run(hotpath._round("protocol", server, count, 8, request))
+
+
+def _tracking(count: int, stream: str) -> None:
+    """The HTTP case with benchmarks.tracking's model, tracking ``stream`` (off or file)."""
+    from benchmarks import hotpath, tracking
+    from benchmarks.servers.tracking_model import tracked_function
+
+    request = hotpath.http_request(b"/v2/models/m/infer", tracking.BODY)
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
+        path = str(Path(tmp) / "model-logs.jsonl") if stream == "file" else ""
+        server = hotpath.initialised(tracked_function(path))
+        _http(count, server, request)
+        server.wait_for_completion()  # the sender's writes are counted too
+        if path and tracking.lines_in(Path(path)) != count + 160:  # the two warm-ups' too
+            raise RuntimeError(f"{count + 160} requests, {tracking.lines_in(Path(path))} records")
 
 
 def _grpc(count: int) -> None:
@@ -79,6 +113,8 @@ def _grpc(count: int) -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(grpc_servicer_cpu._round(servicer, body, 80))
         _inline(servicer.server)
+        runner.run(grpc_servicer_cpu._round(servicer, body, 80))
+        _frozen()
         runner.run(grpc_servicer_cpu._round(servicer, body, count))
 
 
@@ -89,14 +125,18 @@ def _collected(command: list[str]) -> int:
 
 
 def _command(case: str, framework: str, count: int) -> list[str]:
+    child = [sys.executable, "-m", "benchmarks.instructions", f"--run-{case}", str(count)]
     if case in ("http", "grpc"):
-        return [sys.executable, "-m", "benchmarks.instructions", f"--run-{case}", str(count)]
-    code = _MOCK.format(here=str(HERE), framework=framework, count=count)
+        return child
+    if case == "tracking":
+        return [*child, "--stream", framework]
+    code = _MOCK.format(here=str(HERE), framework=framework, count=count, warmup=80)
     return [env_python(None if framework == "mlserve" else framework), "-c", code]
 
 
 def per_request(case: str, framework: str, requests: int) -> float:
-    """Instructions of one request of ``case`` (``framework``: mlserve or mlrun)."""
+    """Instructions of one request of ``case`` (``framework``: mlserve or mlrun; for
+    ``tracking``, the stream: off or file)."""
     base = _collected(_command(case, framework, WARMUP))
     more = _collected(_command(case, framework, WARMUP + requests))
     return (more - base) / requests
@@ -107,12 +147,17 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--case", nargs="+", choices=["http", "grpc", "mock"], default=["http", "mock"]
+        "--case",
+        nargs="+",
+        choices=["http", "grpc", "mock", "tracking"],
+        default=["http", "mock"],
     )
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--mlrun", action="store_true", help="also count mlrun's mock server")
     parser.add_argument("--run-http", type=int, help=argparse.SUPPRESS)  # the child of `http`
     parser.add_argument("--run-grpc", type=int, help=argparse.SUPPRESS)  # the child of `grpc`
+    parser.add_argument("--run-tracking", type=int, help=argparse.SUPPRESS)  # of `tracking`
+    parser.add_argument("--stream", choices=["off", "file"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_http is not None:
         _http(args.run_http)
@@ -120,17 +165,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.run_grpc is not None:
         _grpc(args.run_grpc)
         return
+    if args.run_tracking is not None:
+        _tracking(args.run_tracking, args.stream)
+        return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is needed: apt-get install valgrind")
-    runs = [(case, "mlserve") for case in args.case]
+    runs = [(case, "mlserve") for case in args.case if case != "tracking"]
     if args.mlrun and "mock" in args.case:
         if not (ENVS / "mlrun").exists():
             raise SystemExit("no mlrun environment: python -m benchmarks.inprocess creates it")
         runs.append(("mock", "mlrun"))
+    if "tracking" in args.case:
+        runs += [("tracking", "off"), ("tracking", "file")]
+    counts = {}
     for case, framework in runs:
         progress(f"instructions: {case} ({framework}), two callgrind runs")
-        count = per_request(case, framework, args.requests)
-        print(f"{case:5} {framework:8} {count:10,.0f} instructions per request")
+        count = counts[case, framework] = per_request(case, framework, args.requests)
+        print(f"{case:8} {framework:8} {count:10,.0f} instructions per request")
+    if "tracking" in args.case:
+        extra = counts["tracking", "file"] / counts["tracking", "off"] - 1
+        print(f"tracking to a file adds {extra:.1%} to a request's instructions")
 
 
 if __name__ == "__main__":

@@ -17,12 +17,19 @@ ratio of each stream's requests/s to tracking off, and the CPU time per request 
 the measured process (all its threads: the pusher's included), which moves less
 than requests/s when other jobs share the machine. Every logged call must reach
 the file: after each file run the lines are counted against the calls answered.
+
+Both swing with the machine's load (this is a 2-core machine shared with the load
+generator); the instructions a request executes do not. So the section also gives
+tracking's cost counted by callgrind (``python -m benchmarks.instructions --case
+tracking``: the HTTP protocol in-process, off and with a file stream, the sender
+thread included), unless valgrind is missing or ``--no-count`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -197,7 +204,7 @@ def medians(rows: list[dict[str, Any]]) -> Stats:
     }
 
 
-def table(stats: Stats, args: argparse.Namespace) -> str:
+def table(stats: Stats, args: argparse.Namespace, counts: dict[str, float] | None = None) -> str:
     lines = [
         "## Tracking: model monitoring on vs off",
         "",
@@ -223,7 +230,31 @@ def table(stats: Stats, args: argparse.Namespace) -> str:
             f"| {path} | {stream} | {s['rps']:,.0f} | {ratio} | {s['cpu_us']:.1f} | {cpu} "
             f"| {sender} |"
         )
-    return "\n".join([*lines, "", goals(stats)])
+    return "\n".join([*lines, "", *counted_lines(counts), goals(stats)])
+
+
+def counted(requests: int) -> dict[str, float]:
+    """Instructions per HTTP request with tracking off and to a file (callgrind)."""
+    from benchmarks.instructions import per_request
+
+    counts = {}
+    for stream in ("off", "file"):
+        progress(f"tracking: instructions per request, {stream} (two callgrind runs)")
+        counts[stream] = per_request("tracking", stream, requests)
+    return counts
+
+
+def counted_lines(counts: dict[str, float] | None) -> list[str]:
+    if not counts:
+        return []
+    extra = counts["file"] / counts["off"] - 1
+    return [
+        "Counted, not timed (`python -m benchmarks.instructions --case tracking`: the HTTP "
+        "protocol fed the same request in-process, 8 clients, the sender thread included): "
+        f"{counts['off'] / 1e3:,.1f}k instructions per request off, "
+        f"{counts['file'] / 1e3:,.1f}k with a file stream: tracking adds {extra:.1%}.",
+        "",
+    ]
 
 
 def goals(stats: Stats) -> str:
@@ -254,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--callers", type=int, default=8, help="in-process caller threads")
     parser.add_argument("--streams", nargs="+", default=["off", "file", "kafka"])
     parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    parser.add_argument("--no-count", action="store_true", help="no callgrind instruction count")
     parser.add_argument("--inproc-child", metavar="STREAM", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inproc_child is not None:
@@ -276,8 +308,9 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if broker is not None:
             broker.stop()
-    save_raw("tracking", {"args": vars(args), "runs": rows})
-    text = table(medians(rows), args)
+    counts = None if args.no_count or shutil.which("valgrind") is None else counted(1000)
+    save_raw("tracking", {"args": vars(args), "runs": rows, "instructions": counts})
+    text = table(medians(rows), args, counts)
     print(text)
     if not args.no_doc:
         write_section("tracking", text)

@@ -65,12 +65,44 @@ def test_the_goals_of_every_section_are_collected_in_one_table() -> None:
     ]
 
 
+def test_the_tracking_section_gives_the_counted_cost_beside_the_timed_one() -> None:
+    import argparse
+
+    from benchmarks.tracking import table
+
+    args = argparse.Namespace(duration=4, repeat=3, warmup=1, streams=["off", "file"], callers=8)
+    stats = {
+        ("http", "off"): {"rps": 1000.0, "cpu_us": 80.0},
+        ("http", "file"): {"rps": 850.0, "cpu_us": 94.0},
+    }
+    text = table(stats, args, {"off": 200_000.0, "file": 216_000.0})
+    assert "200.0k instructions per request off, 216.0k with a file stream" in text
+    assert "tracking adds 8.0%." in text
+    assert "- http, requests/s on/off: 0.85, not met" in text
+    assert "Counted" not in table(stats, args)
+
+
 @pytest.mark.parametrize("case", ["http", "grpc"])
 def test_the_instructions_drivers_answer_their_requests(case: str) -> None:
     """``http`` through the HTTP protocol (hotpath's transport raises on any answer but a
     200), ``grpc`` through the V2 servicer (the driver's context raises on any abort)."""
     subprocess.run(
         [sys.executable, "-m", "benchmarks.instructions", f"--run-{case}", "40"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+
+
+@pytest.mark.parametrize("stream", ["off", "file"])
+def test_the_tracking_driver_logs_every_request(stream: str) -> None:
+    """The ``tracking`` case's driver answers every request (else hotpath's transport
+    raises) and, tracking to a file, finds a record per request there (else it raises)."""
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--run-tracking", "40"]
+        + ["--stream", stream],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
