@@ -109,29 +109,21 @@ def when(start: datetime | int) -> str:
     return f"{second}.{start.microsecond:06d}+00:00"
 
 
-# The last whole second of a ``time_ns`` reading formatted: (seconds since the epoch, text);
-# and the last reading formatted, whole: a call's record formats the start its response's
-# ``timestamp`` formatted just before.
+# The last whole second of a ``time_ns`` reading formatted: (seconds since the epoch, text).
 _second_ns: tuple[int, str] = (-1, "")
-_last_ns: tuple[int, str] = (-1, "")
 
 
 def when_ns(ns: int) -> str:
     """``when`` of a ``time.time_ns()`` reading (UTC, to the microsecond below): the
     response's ``timestamp`` and the record's ``when``, with no datetime built unless the
     second changed."""
-    global _second_ns, _last_ns
-    last, text = _last_ns
-    if last == ns:
-        return text
+    global _second_ns
     seconds, micro = divmod(ns // 1000, 1_000_000)
     cached, second = _second_ns
     if cached != seconds:
         second = datetime.fromtimestamp(seconds, UTC).isoformat(sep=" ")[:19]
         _second_ns = (seconds, second)
-    text = f"{second}.{micro:06d}+00:00"
-    _last_ns = (ns, text)
-    return text
+    return f"{second}.{micro:06d}+00:00"
 
 
 def at_ns(ns: int) -> datetime:
