@@ -50,35 +50,39 @@ class ModelStats:
     def record_inference(self, ok: bool, duration_ns: int) -> None:
         """One request answered (``ok``) or failed, end to end in the model."""
         with self._lock:
-            self._inference(ok, duration_ns)
+            self.last_inference = time.time_ns() // 1_000_000
+            durations = self.success if ok else self.fail
+            durations.count += 1
+            durations.ns += duration_ns
 
     def record_execution(self, batch_size: int, duration_ns: int) -> None:
         """One call of the model's code that served ``batch_size`` requests."""
         with self._lock:
-            self._execution(batch_size, duration_ns)
+            compute = self.compute_infer
+            compute.count += 1
+            compute.ns += duration_ns
+            batch = self.batches.get(batch_size)
+            if batch is None:
+                batch = self.batches[batch_size] = _Duration()
+            batch.count += 1
+            batch.ns += duration_ns
 
     def record_call(self, duration_ns: int, compute_ns: int) -> None:
         """One request answered by one call of the model's code (no batching): both
-        records under one lock."""
+        records under one lock, written out (every unbatched request pays these lines)."""
         with self._lock:
-            self._inference(True, duration_ns)
-            self._execution(1, compute_ns)
-
-    def _inference(self, ok: bool, duration_ns: int) -> None:
-        self.last_inference = time.time_ns() // 1_000_000
-        durations = self.success if ok else self.fail
-        durations.count += 1  # (no method call: every request pays these lines)
-        durations.ns += duration_ns
-
-    def _execution(self, batch_size: int, duration_ns: int) -> None:
-        compute = self.compute_infer
-        compute.count += 1
-        compute.ns += duration_ns
-        batch = self.batches.get(batch_size)
-        if batch is None:
-            batch = self.batches[batch_size] = _Duration()
-        batch.count += 1
-        batch.ns += duration_ns
+            self.last_inference = time.time_ns() // 1_000_000
+            success = self.success
+            success.count += 1
+            success.ns += duration_ns
+            compute = self.compute_infer
+            compute.count += 1
+            compute.ns += compute_ns
+            single = self.batches.get(1)
+            if single is None:
+                single = self.batches[1] = _Duration()
+            single.count += 1
+            single.ns += compute_ns
 
     def to_dict(self, name: str, version: str) -> dict[str, Any]:
         """The Triton ``model_stats`` entry of this model."""

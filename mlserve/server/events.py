@@ -24,6 +24,20 @@ class Trigger:
     name: str = ""
 
 
+# The Trigger of a kind named by a string (the mock server's events, mostly): one
+# object per kind, shared by its events as each face shares its own.
+_TRIGGERS: dict[str, Trigger] = {}
+
+
+def _trigger(kind: str) -> Trigger:
+    trigger = _TRIGGERS.get(kind)
+    if trigger is None:
+        trigger = Trigger(kind=kind)
+        if len(_TRIGGERS) < 64:  # kinds are few; a caller inventing them gets fresh ones
+            _TRIGGERS[kind] = trigger
+    return trigger
+
+
 class Event:
     """One request, whatever face it came from."""
 
@@ -65,7 +79,7 @@ class Event:
         # 32 random hex digits, as uuid4().hex. An id names an event, it guards nothing: the
         # process's Mersenne Twister (reseeded in forked workers) spares a getrandom call.
         self.id = event_id or f"{_random_bits(128):032x}"
-        self.trigger = trigger if isinstance(trigger, Trigger) else Trigger(kind=trigger or "")
+        self.trigger = trigger if isinstance(trigger, Trigger) else _trigger(trigger or "")
         self._time: datetime | int = time or _time_ns()  # a datetime when first read
         self.offset = offset
         self.error: Any = None

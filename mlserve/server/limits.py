@@ -18,6 +18,7 @@ import resource
 import statistics
 import time
 import weakref
+from asyncio.tasks import _current_tasks
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -405,15 +406,21 @@ def _deadlines_of(loop: asyncio.AbstractEventLoop) -> _Deadlines:
     return deadlines
 
 
+# The running loop's current task: asyncio.current_task is Python code on 3.11 (the
+# package's Python), a frame per request; the dict it reads is C.
+_current_task: Callable[[Any], Any] = _current_tasks.get
+
+
 async def with_timeout(awaitable: Any, seconds: float) -> Any:
     """``await awaitable``, or RequestTimeout (504) after ``seconds`` (0: no limit).
 
     Nested calls in one task keep the outer deadline.
     """
-    task = asyncio.current_task() if seconds else None
+    loop = asyncio.events._get_running_loop()
+    task = _current_task(loop) if seconds else None
     if task is None:
         return await awaitable
-    deadlines = _deadlines_of(task.get_loop())
+    deadlines = _deadlines_of(loop)
     tasks = deadlines.tasks
     if task in tasks:
         return await awaitable
