@@ -264,7 +264,7 @@ def build_outputs(
         # The common answer, one array and no output named: what the general code gives
         # (wants_binary of no named output reads the request's parameters alone).
         params = request.get("parameters")
-        binary = bool(params.get("binary_data_output", False)) if params else False
+        binary = params and params.get("binary_data_output")  # its truth is all that is read
         obj = plain_output(default_name, result, binary)  # encode_tensor's own first try
         return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
