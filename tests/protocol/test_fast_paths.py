@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from mlserve.grpc.convert import infer_from_core
 from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.forms import InferenceRequest, build_outputs, decode_request, parse_json_body
 from mlserve.protocol.tensors import (
@@ -271,6 +272,53 @@ def test_an_array_answer_builds_the_outputs_the_general_path_does(
     general = build_outputs(array.view(_Array), request, "y")
     assert [list(obj) for obj in fast] == [list(obj) for obj in general]
     assert dumps(fast) == dumps(general)
+
+
+def _converted(body: dict[str, Any], raw: bool) -> Any:
+    """The serialized ModelInferResponse of ``body``, or the error it raises."""
+    try:
+        return infer_from_core(body, raw).SerializeToString(deterministic=True)
+    except (InvalidInput, TypeError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@SETTINGS
+@given(
+    array=_arrays(),
+    raw=st.booleans(),
+    change=st.sampled_from(
+        [
+            {},
+            {},
+            {"parameters": {"binary_data_size": 0}},  # a size that is not the bytes'
+            {"parameters": {"binary_data_size": 4, "x": 1}},
+            {"parameters": None},
+            {RAW: bytearray(b"abcd")},
+            {RAW: b"abc"},  # bytes the shape does not hold
+            {"shape": [3]},
+            {"shape": ["1"]},
+            {"datatype": "BYTES"},
+            {"datatype": "BOOL"},
+            {"datatype": "FP16"},  # no typed field: raw
+            {"datatype": "INT64"},
+            {"extra": 1},
+        ]
+    ),
+)
+def test_one_output_converts_as_the_general_loop_does(
+    array: np.ndarray, raw: bool, change: dict[str, Any]
+) -> None:
+    """infer_from_core's branch for one output as plain_output encodes it, against its
+    loop for every output (reached with a dict subclass)."""
+    obj = _outcome(encode_tensor, "y", array, binary=True)
+    if isinstance(obj, str):
+        return  # no tensor to convert (encode_tensor's own error)
+    obj = {**obj, **change}
+    if RAW in change:
+        obj["parameters"] = {"binary_data_size": len(change[RAW])}
+    body = {"model_name": "m", "id": "1", "outputs": [obj]}
+    fast = _converted(body, raw)
+    assert fast == _converted({**body, "outputs": [_Dict(obj)]}, raw)
 
 
 @pytest.mark.parametrize(
