@@ -175,15 +175,24 @@ def _output_bytes(obj: dict[str, Any]) -> bytes:
 def _typed(tensor: Any, obj: dict[str, Any], raw: bytes) -> None:
     """Write one output's raw bytes into its typed contents field."""
     datatype = obj["datatype"]
-    packed = _PACKED_TAGS.get(datatype)
-    if packed is not None and len(raw) == math.prod(obj["shape"]) * packed[1]:
-        tensor.contents.MergeFromString(packed[0] + _varint(len(raw)) + raw)
+    packed = _packed(datatype, len(raw))
+    if packed is not None and math.prod(obj["shape"]) == packed[1]:
+        tensor.contents.MergeFromString(packed[0] + raw)
         return
     array = decode_raw(raw, datatype, obj["shape"], obj["name"]).reshape(-1)
     getattr(tensor.contents, CONTENTS_FIELD[datatype]).extend(array.tolist())
 
 
 @functools.lru_cache(maxsize=4096)  # output sizes repeat: one dict look-up, in C
+def _packed(datatype: str, size: int) -> tuple[bytes, int] | None:
+    """FP32 and FP64: the packed field's tag and length, the prefix of ``size`` raw bytes
+    that makes them the field, and their element count; None for other datatypes."""
+    tag = _PACKED_TAGS.get(datatype)
+    if tag is None or size % tag[1]:
+        return None
+    return tag[0] + _varint(size), size // tag[1]
+
+
 def _varint(value: int) -> bytes:
     """Protobuf's base-128 varint of a non-negative int."""
     out = bytearray()
@@ -215,12 +224,13 @@ def infer_from_core(body: dict[str, Any], raw: bool) -> Any:
                 tensor = response.outputs.add(
                     name=obj["name"], datatype=datatype, shape=obj["shape"]
                 )
-                packed = _PACKED_TAGS.get(datatype)
                 if raw or datatype not in CONTENTS_FIELD:
                     response.raw_output_contents.append(data)
-                elif packed is not None and len(data) == math.prod(obj["shape"]) * packed[1]:
-                    tensor.contents.MergeFromString(packed[0] + _varint(len(data)) + data)
-                else:  # _typed's packed merge above, inline; its general code for the rest
+                    return response
+                packed = _packed(datatype, len(data))
+                if packed is not None and math.prod(obj["shape"]) == packed[1]:
+                    tensor.contents.MergeFromString(packed[0] + data)  # _typed's merge, inline
+                else:
                     _typed(tensor, obj, data)
                 return response
     if not isinstance(outputs, list):

@@ -44,8 +44,6 @@ _DECLARED_JSON = frozenset(JSON_TYPES) - {""}
 
 _TENSOR_KEYS = ("name", "shape", "datatype")
 
-_NO_PARAMETERS: dict[str, Any] = {}  # a request without parameters: as good as an empty object
-
 
 def parse_json_body(body: Any, content_type: str) -> Any:
     """A str/bytes body parsed as JSON when the content type is empty or JSON (S7).
@@ -104,7 +102,7 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
             if (
                 array is not None
                 and "outputs" not in body
-                and type(body.get("parameters", _NO_PARAMETERS)) is dict
+                and ("parameters" not in body or type(body["parameters"]) is dict)
             ):
                 request = InferenceRequest(body)
                 request.tensors = {first["name"]: array}
