@@ -198,13 +198,19 @@ def test_odd_tensors_take_the_general_path(change: dict[str, Any]) -> None:
 
 
 @SETTINGS
-@given(obj=_tensors(), parameters=st.sampled_from([None, {}, {"a": 1}, [1]]))
+@given(
+    obj=_tensors(),
+    parameters=st.sampled_from([None, {}, {"a": 1}, [1]]),
+    outputs=st.sampled_from([None, [{"name": "y"}], [{"name": "y", "parameters": 1}], [3]]),
+)
 def test_a_one_tensor_request_decodes_as_the_general_path_does(
-    obj: dict[str, Any], parameters: Any
+    obj: dict[str, Any], parameters: Any, outputs: Any
 ) -> None:
     body: dict[str, Any] = {"inputs": [obj], "id": "1"}
     if parameters is not None:
         body["parameters"] = parameters
+    if outputs is not None:
+        body["outputs"] = outputs
     fast = _outcome(decode_request, body)
     general = _outcome(decode_request, {**body, "inputs": [_Dict(obj)]})
     if isinstance(general, str):
