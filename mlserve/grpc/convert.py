@@ -126,17 +126,6 @@ def _input_to_core(tensor: Any, raw: bytes | None = None) -> dict[str, Any]:
     return obj
 
 
-def contents_array(values: Any, field: str) -> Any:
-    """A repeated contents field as a numpy array of its protobuf type (BYTES: a list)."""
-    dtype = FIELD_DTYPES.get(field)
-    if dtype is None:
-        return list(values)
-    count = len(values)
-    if count <= _FROMITER_MAX:
-        return np.fromiter(values, dtype, count)
-    return np.array(values, dtype)
-
-
 def infer_to_core(request: Any) -> dict[str, Any]:
     """A ``ModelInferRequest`` as the V2 tensor body the graph serves."""
     tensors = request.inputs
