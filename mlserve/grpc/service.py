@@ -40,6 +40,12 @@ def _model_path(name: str, version: str) -> str:
     return f"/v2/models/{name}"
 
 
+@functools.lru_cache(maxsize=1024)  # one look-up per ModelInfer, not a look-up and a concatenation
+def _infer_path(name: str, version: str) -> str:
+    """The REST path of a model's inference (``_model_path`` + ``/infer``)."""
+    return _model_path(name, version) + "/infer"
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """``inference.GRPCInferenceService`` over a GraphServer."""
 
@@ -96,7 +102,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def _infer(self, request: Any) -> Any:
         """One inference; a failure raises the MLServeError of its status."""
         body = convert.infer_to_core(request)
-        path = _model_path(request.model_name, request.model_version) + "/infer"
+        path = _infer_path(request.model_name, request.model_version)
         event = Event(body=body, path=path, method="POST", trigger=_TRIGGER)
         response: Response = await self.server.run_async(event)
         if response.status_code >= 300:

@@ -16,10 +16,12 @@ from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.fastjson import FAST_BYTES, loads_tensors
 from mlserve.protocol.tensors import (
     RAW,
+    _encode_checked,
     datatype_of,
     decode_tensor,
     encode_tensor,
     loads,
+    plain_output,
     plain_tensor,
 )
 
@@ -95,9 +97,18 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
             return body  # rows of values (mlrun's form): neither tensors nor meant as tensors
         if type(first) is dict and len(inputs) == 1:
             array = plain_tensor(first)
-            if array is not None:  # one common tensor: what the loop below gives, unchecked
-                _check_parameters(body)
-                return _request(body, inputs, {first["name"]: array}, array)
+            # One common tensor, no output named, the parameters (if any) an object: what
+            # the code below gives (_check_parameters passes; _request, inline), unchecked.
+            if (
+                array is not None
+                and "outputs" not in body
+                and ("parameters" not in body or type(body["parameters"]) is dict)
+            ):
+                request = InferenceRequest(body)
+                request.tensors = {first["name"]: array}
+                request.input_objects = inputs
+                request["inputs"] = array
+                return request
     if not is_tensor_inputs(inputs):
         if _meant_as_tensors(inputs):
             _check_tensor_keys(inputs)
@@ -248,9 +259,12 @@ def build_outputs(
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
     if type(result) is np.ndarray and "outputs" not in request:
-        # the common answer, one array and no output named: what the general code gives
-        binary = "parameters" in request and wants_binary(request, default_name)
-        return [encode_tensor(default_name, result, binary=binary)]  # (its plain_output first)
+        # The common answer, one array and no output named: what the general code gives
+        # (wants_binary of no named output reads the request's parameters alone).
+        params = request.get("parameters")
+        binary = params and params.get("binary_data_output")  # its truth is all that is read
+        obj = plain_output(default_name, result, binary)  # encode_tensor's own first try
+        return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):

@@ -312,13 +312,18 @@ def _fast_bounds(dtype: np.dtype[Any]) -> tuple[float, float]:
 _INT = frozenset({int})
 
 # datatype -> (dtype, lowest, highest, the JSON number types that are its values,
-# its little-endian wire dtype), for plain_tensor: numeric datatypes but BOOL and BF16.
-_PLAIN: dict[str, tuple[np.dtype[Any], float, float, frozenset[type], np.dtype[Any]]] = {
+# its little-endian wire dtype, the dtype an ndarray's data may have (floats only, else
+# None)), for plain_tensor: numeric datatypes but BOOL and BF16.
+_PLAIN: dict[
+    str,
+    tuple[np.dtype[Any], float, float, frozenset[type], np.dtype[Any], np.dtype[Any] | None],
+] = {
     name: (
         dtype,
         *_fast_bounds(dtype),
         frozenset({int, float}) if dtype.kind == "f" else _INT,
         dtype.newbyteorder("<"),
+        dtype if dtype.kind == "f" else None,
     )
     for name, dtype in DATATYPES.items()
     if dtype.kind in "iuf" and name != "BF16"
@@ -343,24 +348,25 @@ def plain_tensor(obj: dict[str, Any]) -> Array | None:
     if not set(map(type, shape)) <= _INT or min(shape, default=0) < 0:
         return None
     count = math.prod(shape)
-    dtype, low, high, kinds, wire = spec
-    data = obj.get("data")
-    if type(data) is list and RAW not in obj:
-        if not 0 < len(data) == count <= _SMALL or not set(map(type, data)) <= kinds:
-            return None  # bools, text, nested lists, a count the shape does not hold
-        # A NaN first makes both comparisons False (the checked path takes it); a later
-        # one is skipped by min and max, and numpy keeps it as the checked path would.
-        if not (low <= min(data) and max(data) <= high):
-            return None
-        return np.array(data, dtype).reshape(shape)
-    raw = obj.get(RAW)
-    if raw is not None:
-        if type(raw) is not bytes or len(raw) != count * dtype.itemsize:
-            return None
-        return np.frombuffer(raw, wire).astype(dtype).reshape(shape)
-    if type(data) is np.ndarray and data.dtype == dtype and dtype.kind == "f":
-        return data.reshape(shape) if data.size == count else None  # typed gRPC contents
-    return None
+    dtype, low, high, kinds, wire, floats = spec
+    if RAW not in obj:
+        data = obj.get("data")
+        if type(data) is list:
+            if not 0 < len(data) == count <= _SMALL or not set(map(type, data)) <= kinds:
+                return None  # bools, text, nested lists, a count the shape does not hold
+            # A NaN first makes both comparisons False (the checked path takes it); a later
+            # one is skipped by min and max, and numpy keeps it as the checked path would.
+            if not (low <= min(data) and max(data) <= high):
+                return None
+            return np.array(data, dtype).reshape(shape)
+        # Typed gRPC contents: a float ndarray of the datatype's own (canonical) dtype.
+        if type(data) is np.ndarray and data.dtype is floats and data.size == count:
+            return data.reshape(shape)
+        return None
+    raw = obj[RAW]
+    if type(raw) is not bytes or len(raw) != count * dtype.itemsize:
+        return None
+    return np.frombuffer(raw, wire).astype(dtype).reshape(shape)
 
 
 def decode_tensor(obj: dict[str, Any]) -> Array:
