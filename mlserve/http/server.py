@@ -217,10 +217,14 @@ class HTTPProtocol(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             pass  # no protocol upgrades: the request was answered as a plain one
         except httptools.HttpParserError:
-            self._close_with(self.refusal or _BAD_REQUEST)
+            refusal = self.refusal
+            if refusal is None and self.head_since is not None:
+                if len(self.headers) > self.max_headers:  # refused before the bad byte came
+                    refusal = closing_bytes(self._headers_too_large())
+            self._close_with(refusal or _BAD_REQUEST)
             return
-        if self.head_since is not None and gate.header_bytes(self.headers) > self.max_header_bytes:
-            # a head still coming in, over the limit already (a whole one: on_headers_complete)
+        if self.head_since is not None and self._head_too_large(self.headers):
+            # a head still coming in, over a limit already (a whole one: on_headers_complete)
             self._close_with(closing_bytes(self._headers_too_large()))
 
     def _close_with(self, refusal: bytes) -> None:
@@ -261,11 +265,12 @@ class HTTPProtocol(asyncio.Protocol):
             self.refuse(Response({"error": f"the URL exceeds {limit} bytes"}, 414))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        headers = self.headers
-        headers.append((name, value))
-        # their bytes are summed after each read (data_received) and for a whole new head
-        if len(headers) > self.max_headers:
-            self.refuse(self._headers_too_large())
+        # lines are counted and their bytes summed after each read (data_received) and
+        # for a whole new head (on_headers_complete), not line by line
+        self.headers.append((name, value))
+
+    def _head_too_large(self, lines: list[tuple[bytes, bytes]]) -> bool:
+        return len(lines) > self.max_headers or gate.header_bytes(lines) > self.max_header_bytes
 
     def _headers_too_large(self) -> Response:
         limits = f"{self.max_headers} fields or {self.max_header_bytes} bytes"
@@ -287,9 +292,9 @@ class HTTPProtocol(asyncio.Protocol):
                 self.transport.write(_CONTINUE)
 
     def _read_head(self, raw: list[tuple[bytes, bytes]]) -> _Head:
-        """The header lines decoded; lines over the size limit, or a declared body
+        """The header lines decoded; too many lines or bytes, or a declared body
         over the body limit, are refused."""
-        if gate.header_bytes(raw) > self.max_header_bytes:
+        if self._head_too_large(raw):
             self.refuse(self._headers_too_large())
         limit = self.max_body_bytes
         headers: dict[str, str] = {}
@@ -346,15 +351,11 @@ class HTTPProtocol(asyncio.Protocol):
                 return
             if known is None and not query:
                 self._remember(key, target)
+        # positional: matching keywords cost more than the three Nones (id, time, offset)
         event = Event(
-            body=body or None,
-            content_type=head.content_type,
-            headers=headers,
-            method=event_method,
-            path=path,
-            trigger=_HTTP_TRIGGER,
-            query=query,
-        )
+            body or None, head.content_type, headers, event_method, path, None, _HTTP_TRIGGER,
+            None, None, query
+        )  # fmt: skip
         if self.busy:
             self._enqueue((event, keep_alive, head_only))
         else:  # nothing before it: answered now (what ``_enqueue`` and ``_start`` would do)

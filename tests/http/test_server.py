@@ -374,3 +374,32 @@ def test_header_lines_over_the_size_limit_are_refused_before_the_head_ends(
         status, headers, answer = Reader(sock).response()
     assert i < 89 and status == 431 and headers["connection"] == "close"
     assert b"65536 bytes" in answer
+def test_header_lines_over_the_count_limit_are_refused_before_the_head_ends(
+    server: Running,
+) -> None:
+    """Lines are counted after each read (100 by default), as their bytes are."""
+    with connect(server) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n")
+        for i in range(150):  # the head would never end
+            sock.sendall(b"X-Filler-%03d: v\r\n" % i)
+            if select.select([sock], [], [], 0.02)[0]:
+                break
+        status, headers, answer = Reader(sock).response()
+    assert 99 <= i < 149 and status == 431 and headers["connection"] == "close"
+    assert b"100 fields" in answer
+
+
+def test_too_many_header_lines_then_a_bad_one_answer_431_not_400(server: Running) -> None:
+    """A head past the line limit is refused for it even when a malformed line follows
+    in the same read: the answer does not depend on where the reads split."""
+    many = "".join(f"X-Filler-{i}: v\r\n" for i in range(120))
+    with connect(server) as sock:
+        sock.sendall(f"GET /v2 HTTP/1.1\r\nHost: x\r\n{many}Bad Line\r\n\r\n".encode())
+        status, headers, _ = Reader(sock).response()
+    assert status == 431 and headers["connection"] == "close"
+    with connect(server) as sock:
+        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\nBad Line\r\n\r\n")
+        assert Reader(sock).response()[0] == 400
+
+
