@@ -35,6 +35,8 @@ __all__ = [
     "compress_async",
     "decode_body",
     "decode_body_async",
+    "encoded",
+    "encoded_async",
     "matches_any",
     "too_large",
 ]
@@ -199,6 +201,21 @@ async def answer(server: Any, event: Event, headers: Mapping[str, str]) -> Respo
     """What both HTTP faces send for ``event``: the server's answer encoded (big tensors
     off the event loop), compressed when the client accepts an encoding."""
     response = await server.run_async(event)
+    ready = encoded(response, headers)
+    return ready if ready is not None else await encoded_async(response, headers)
+
+
+def encoded(response: Response, headers: Mapping[str, str]) -> Response | None:
+    """``encoded_async`` when it would not suspend (no big tensors, no compression
+    asked for), in a plain call: the common answer; else None."""
+    if "accept-encoding" in headers or encodes_off_loop(response):
+        return None
+    return encode_response(response)
+
+
+async def encoded_async(response: Response, headers: Mapping[str, str]) -> Response:
+    """The server's answer as a face sends it: encoded (big tensors off the event
+    loop), compressed when the client accepts an encoding."""
     if encodes_off_loop(response):
         response = await encode_response_async(response)
     else:

@@ -394,8 +394,12 @@ class HTTPProtocol(asyncio.Protocol):
         try:
             if "content-encoding" in headers and event.body:
                 response = await self._decoded_answer(event)
-            else:
-                response = await gate.answer(self.server, event, headers)
+            else:  # gate.answer, without a coroutine of its own for the common answer
+                response = await self.server.run_async(event)
+                ready = gate.encoded(response, headers)
+                response = (
+                    ready if ready is not None else await gate.encoded_async(response, headers)
+                )
         except Exception:
             logger.exception("request %s %s failed", event.method, event.path)
             response = _SERVER_ERROR

@@ -437,7 +437,9 @@ async def with_timeout(awaitable: Any, seconds: float) -> Any:
         raise RequestTimeout(f"the request took longer than {seconds:g} s") from None
     finally:
         deadlines.tasks.pop(task, None)
-        deadlines.expired.discard(task)  # a cancel the awaited code swallowed
+        if task in deadlines.expired:  # a cancel the awaited code swallowed: the task
+            deadlines.expired.discard(task)  # goes on uncancelled (a stream's, a consumer's)
+            task.uncancel()
 
 
 def request_timeout(limits: ServerLimits, event: Any) -> float:

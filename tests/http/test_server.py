@@ -374,6 +374,8 @@ def test_header_lines_over_the_size_limit_are_refused_before_the_head_ends(
         status, headers, answer = Reader(sock).response()
     assert i < 89 and status == 431 and headers["connection"] == "close"
     assert b"65536 bytes" in answer
+
+
 def test_header_lines_over_the_count_limit_are_refused_before_the_head_ends(
     server: Running,
 ) -> None:
@@ -401,5 +403,3 @@ def test_too_many_header_lines_then_a_bad_one_answer_431_not_400(server: Running
     with connect(server) as sock:
         sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\nBad Line\r\n\r\n")
         assert Reader(sock).response()[0] == 400
-
-

@@ -150,3 +150,33 @@ def test_deadlines_fire_once_nest_and_leave_the_task_usable() -> None:
     assert first == "the request took longer than 0.2 s"
     assert 0.2 <= took < 0.5
     assert done == "done"
+
+
+def test_a_deadline_the_awaited_code_swallowed_leaves_the_task_uncancelled() -> None:
+    """A task that outlives its request (a gRPC stream's, a Kafka consumer's) starts the
+    next one with no cancel pending from the last deadline, even when the code swallowed
+    the cancel."""
+
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            return "swallowed"
+        return "slept"
+
+    async def scenario() -> tuple[str, int, str]:
+        swallowed = await with_timeout(stubborn(), 0.1)
+        task = asyncio.current_task()
+        assert task is not None
+        left = task.cancelling()
+        try:
+            await with_timeout(asyncio.sleep(5), 0.1)
+            second = "no timeout"
+        except RequestTimeout as exc:
+            second = str(exc)
+        return swallowed, left, second
+
+    swallowed, left, second = asyncio.run(scenario())
+    assert swallowed == "swallowed"
+    assert left == 0
+    assert second == "the request took longer than 0.1 s"
