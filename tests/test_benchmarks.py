@@ -3,6 +3,7 @@ never asserted), and its generated sections replace their own part of the docume
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -97,18 +98,22 @@ def test_the_instructions_drivers_answer_their_requests(case: str) -> None:
 
 
 @pytest.mark.parametrize("stream", ["off", "file"])
-def test_the_tracking_driver_logs_every_request(stream: str) -> None:
+def test_the_tracking_driver_logs_every_request(stream: str, tmp_path: Path) -> None:
     """The ``tracking`` case's driver answers every request (else hotpath's transport
-    raises) and, tracking to a file, finds a record per request there (else it raises)."""
+    raises) and, tracking to a file, writes a record per request there."""
+    log = tmp_path / "model-logs.jsonl"
     subprocess.run(
         [sys.executable, "-m", "benchmarks.instructions", "--run-tracking", "40"]
-        + ["--stream", stream],
+        + ["--stream", "off" if stream == "off" else str(log)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         timeout=120,
         check=True,
     )
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    assert len(records) == (0 if stream == "off" else 200)  # 40 and two warm-ups of 80
+    assert all(record["resp"]["outputs"] == [10, 26] for record in records)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind counts instructions")
