@@ -173,14 +173,15 @@ class StreamPusher:
     def push(
         self,
         model: Any,
-        start: datetime,
+        start: datetime | int,
         request: Any,
         response: Any,
         op: str,
         microsec: int,
         metrics: dict[str, Any] | None = None,
     ) -> None:
-        """Log one successful call (every ``sample``-th of this model)."""
+        """Log one successful call (every ``sample``-th of this model); ``start``: a
+        ``time.time_ns()`` reading (what models hand it) or a datetime."""
         if self.sample > 1 and next(self._counter(model)) % self.sample:
             return
         if self._lines:
@@ -191,7 +192,7 @@ class StreamPusher:
     def _push_line(
         self,
         model: Any,
-        start: datetime,
+        start: datetime | int,
         request: Any,
         response: Any,
         op: str,
@@ -218,7 +219,7 @@ class StreamPusher:
             self._wake.set()
 
     def push_error(
-        self, model: Any, start: datetime, request: Any, op: str, exc: BaseException
+        self, model: Any, start: datetime | int, request: Any, op: str, exc: BaseException
     ) -> None:
         """Log a failed call at once: not sampled, not batched. The error text is
         ``str(exc)``, as mlrun writes it (the traceback follows when verbose)."""

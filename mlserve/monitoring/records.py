@@ -237,6 +237,7 @@ def success_line(
         "request": request,
         "op": op,
         "resp": response,
+        # a model's time_ns() start straight to when_ns: a frame less on every logged call
         "when": when_ns(start) if type(start) is int else when(start),
         "microsec": microsec,
     }
