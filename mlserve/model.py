@@ -425,8 +425,8 @@ class V2ModelServer:
         if runner.counts_executions:  # the batcher recorded the merged call
             self.stats.record_inference(True, elapsed_ns)
         else:
-            self.stats.record_call(elapsed_ns, compute_ns)
-        self._recorder().ok(op, elapsed_ns / 1e9)
+            self.stats.record_call(start_ns, elapsed_ns, compute_ns)
+        self._recorder().ok(op, elapsed_ns)
         if self.model_logger is not None:
             self._log(start_ns, elapsed_ns // 1000, request, response, op)
         return response

@@ -1,7 +1,8 @@
 """The model layer's small door to the Prometheus metrics.
 
-``V2ModelServer`` calls ``model_recorder(name, version).ok(op, seconds)`` on every
-request. A call only adds to plain counters under one lock; the families
+``V2ModelServer`` calls ``model_recorder(name, version).ok(op, elapsed_ns)`` on every
+request. A call only appends to a list, without a lock; the counters take the
+pending calls in when they are read (or every ``FOLD_AT`` calls), and the families
 ``mlserve_model_requests``, ``mlserve_model_errors`` and
 ``mlserve_model_latency_seconds`` are read from them when ``/metrics`` is scraped
 (``mlserve.monitoring.metrics``). ``prometheus_client``'s own children took three
@@ -12,13 +13,15 @@ from __future__ import annotations
 
 import threading
 import time
-from bisect import bisect_left
+from bisect import bisect_right
 from collections.abc import Iterator
 
 __all__ = ["LATENCY_BUCKETS", "ModelRecorder", "OpCounts", "model_recorder", "recorders"]
 
 # Upper bounds (seconds) of the latency histogram's buckets; +Inf is implied.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_BUCKET_NS = tuple(round(bound * 1e9) for bound in LATENCY_BUCKETS)
+FOLD_AT = 2 * 1024  # numbers pending (two per call) that fold them into the counters
 
 
 class OpCounts:
@@ -41,6 +44,7 @@ class ModelRecorder:
         self.name = name
         self.version = version
         self.ops: dict[str, OpCounts] = {}
+        self._pending: list[str | int] = []  # (op, elapsed_ns) of each successful call, flat
         self._lock = threading.Lock()
 
     def _counts(self, op: str) -> OpCounts:
@@ -50,13 +54,43 @@ class ModelRecorder:
                 counts = self.ops.setdefault(op, OpCounts())
         return counts
 
-    def ok(self, op: str, seconds: float) -> None:
-        counts = self.ops.get(op) or self._counts(op)
-        bucket = bisect_left(LATENCY_BUCKETS, seconds)  # the first bound >= seconds
+    def ok(self, op: str, elapsed_ns: int) -> None:
+        """One successful ``op`` that took ``elapsed_ns``: appended (``list +=`` a tuple is
+        one step under the GIL), counted when read."""
+        pending = self._pending
+        pending += (op, elapsed_ns)
+        if len(pending) >= FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Take the pending calls into the counts: each operation's latencies sorted
+        once, each bucket's share found by bisection (no Python step per call)."""
+        pending = self._pending
+        if not pending:
+            return
         with self._lock:
-            counts.requests += 1
-            counts.seconds += seconds
-            counts.buckets[bucket] += 1
+            taken = pending[: len(pending)]
+            del pending[: len(taken)]  # calls appended meanwhile stay, after these
+            if not taken:  # another reader took them first
+                return
+            ops, latencies = taken[0::2], taken[1::2]
+            if ops.count(ops[0]) == len(ops):  # one operation (the usual): no grouping
+                by_op = {ops[0]: latencies}
+            else:
+                by_op = {}
+                for op, elapsed_ns in zip(ops, latencies, strict=True):
+                    by_op.setdefault(op, []).append(elapsed_ns)
+            for op, values in by_op.items():
+                counts = self.ops.get(op) or self.ops.setdefault(op, OpCounts())
+                values.sort()
+                counts.requests += len(values)
+                counts.seconds += sum(values) / 1e9
+                below = 0
+                for index, bound in enumerate(_BUCKET_NS):
+                    upto = bisect_right(values, bound)  # calls of at most ``bound`` ns
+                    counts.buckets[index] += upto - below
+                    below = upto
+                counts.buckets[-1] += len(values) - below
 
     def error(self, op: str) -> None:
         counts = self._counts(op)
@@ -66,6 +100,7 @@ class ModelRecorder:
 
     def snapshot(self) -> list[tuple[str, int, int, float, list[int], float]]:
         """``(op, requests, errors, seconds, buckets, created)`` of each operation, consistent."""
+        self._fold()
         with self._lock:
             return [
                 (op, c.requests, c.errors, c.seconds, list(c.buckets), c.created)

@@ -60,3 +60,26 @@ def test_import_mlserve_loads_no_stream_client_or_database() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_recorded_latencies_fall_in_their_buckets_across_folds() -> None:
+    from mlserve.monitoring.recorder import FOLD_AT, LATENCY_BUCKETS, ModelRecorder
+
+    recorder = ModelRecorder("m", "1")
+    latencies_ns = [400_000, 500_000, 500_001, 7_000_000, 20_000_000_000]  # <=0.5 ms twice, ...
+    rounds = FOLD_AT  # several folds on the way
+    for _ in range(rounds):
+        for elapsed_ns in latencies_ns:
+            recorder.ok("infer", elapsed_ns)
+    recorder.ok("explain", 1)
+    recorder.error("infer")
+    snap = {op: tuple(counts) for op, *counts, _ in recorder.snapshot()}
+    requests, errors, seconds, buckets = snap["infer"]
+    assert (requests, errors) == (5 * rounds + 1, 1)
+    assert abs(seconds - rounds * sum(latencies_ns) / 1e9) < 1e-6 * seconds
+    expected = [0] * (len(LATENCY_BUCKETS) + 1)
+    for elapsed_ns in latencies_ns:
+        index = next((i for i, b in enumerate(LATENCY_BUCKETS) if elapsed_ns / 1e9 <= b), -1)
+        expected[index] += rounds
+    assert buckets == expected
+    assert snap["explain"][:2] == (1, 0) and snap["explain"][3][0] == 1
