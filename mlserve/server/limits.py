@@ -18,10 +18,12 @@ import resource
 import statistics
 import time
 import weakref
+from asyncio.events import _get_running_loop
 from asyncio.tasks import _current_tasks
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, fields
 from functools import partial
+from types import CoroutineType, coroutine
 from typing import Any
 
 from mlserve.protocol.errors import Timeout, TooManyRequests
@@ -373,16 +375,17 @@ class _Deadlines:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.tasks: dict[asyncio.Task[Any], float] = {}
-        self.expired: set[asyncio.Task[Any]] = set()
+        # [deadline, its seconds, with_timeout calls of the task waiting under it]
+        self.tasks: dict[asyncio.Task[Any], list[Any]] = {}
+        self.expired: dict[asyncio.Task[Any], float] = {}  # cancelled: the seconds they had
         self.timer: asyncio.TimerHandle | None = None
 
     def sweep(self) -> None:
         now = self.loop.time()
-        for task, deadline in list(self.tasks.items()):
+        for task, (deadline, seconds, _) in list(self.tasks.items()):
             if deadline <= now:
                 del self.tasks[task]
-                self.expired.add(task)
+                self.expired[task] = seconds
                 task.cancel()
         self.timer = self.loop.call_later(SWEEP_SECONDS, self.sweep) if self.tasks else None
 
@@ -414,32 +417,69 @@ _current_task: Callable[[Any], Any] = _current_tasks.get
 async def with_timeout(awaitable: Any, seconds: float) -> Any:
     """``await awaitable``, or RequestTimeout (504) after ``seconds`` (0: no limit).
 
-    Nested calls in one task keep the outer deadline.
+    A coroutine runs its first step before any deadline is armed: a request answered
+    without waiting (an inline model) never needs one, and one that waits gets it from
+    when it began. Nested calls in one task share one deadline, the earliest, until
+    the outermost ends.
     """
-    loop = asyncio.events._get_running_loop()
-    task = _current_task(loop) if seconds else None
+    if not seconds:
+        return await awaitable
+    loop = _get_running_loop()
+    deadline = loop.time() + seconds
+    if type(awaitable) is CoroutineType:
+        try:
+            waiting = awaitable.send(None)
+        except StopIteration as done:
+            return done.value
+        awaitable = _resumed(awaitable, waiting)
+    task = _current_task(loop)
     if task is None:
         return await awaitable
     deadlines = _deadlines_of(loop)
     tasks = deadlines.tasks
-    if task in tasks:
-        return await awaitable
-    tasks[task] = deadlines.loop.time() + seconds
-    if deadlines.timer is None:
-        deadlines.timer = deadlines.loop.call_later(SWEEP_SECONDS, deadlines.sweep)
+    held = tasks.get(task)
+    if held is None:
+        tasks[task] = [deadline, seconds, 1]
+        if deadlines.timer is None:
+            deadlines.timer = loop.call_later(SWEEP_SECONDS, deadlines.sweep)
+    else:  # nested (an inner call armed first, in this call's first step)
+        held[2] += 1
+        if deadline < held[0]:
+            held[0], held[1] = deadline, seconds
     try:
         return await awaitable
     except asyncio.CancelledError:
         if task not in deadlines.expired:
             raise
-        deadlines.expired.discard(task)
+        had = deadlines.expired.pop(task)
         task.uncancel()
-        raise RequestTimeout(f"the request took longer than {seconds:g} s") from None
+        raise RequestTimeout(f"the request took longer than {had:g} s") from None
     finally:
-        deadlines.tasks.pop(task, None)
+        held = tasks.get(task)
+        if held is not None:
+            held[2] -= 1
+            if not held[2]:
+                del tasks[task]
         if task in deadlines.expired:  # a cancel the awaited code swallowed: the task
-            deadlines.expired.discard(task)  # goes on uncancelled (a stream's, a consumer's)
+            del deadlines.expired[task]  # goes on uncancelled (a stream's, a consumer's)
             task.uncancel()
+
+
+@coroutine
+def _resumed(coro: Coroutine[Any, Any, Any], waiting: Any) -> Any:
+    """The rest of ``coro``, which suspended on ``waiting`` at its first step: what the
+    task sends or throws in (a cancel) goes on to ``coro``, what it yields goes up."""
+    while True:
+        try:
+            sent = yield waiting
+        except BaseException as exc:  # a cancel (or a close) goes on into the coroutine
+            step, value = coro.throw, exc
+        else:
+            step, value = coro.send, sent
+        try:
+            waiting = step(value)
+        except StopIteration as done:
+            return done.value
 
 
 def request_timeout(limits: ServerLimits, event: Any) -> float:

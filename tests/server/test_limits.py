@@ -152,6 +152,41 @@ def test_deadlines_fire_once_nest_and_leave_the_task_usable() -> None:
     assert done == "done"
 
 
+def test_a_call_answered_at_its_first_step_arms_no_deadline() -> None:
+    from mlserve.server.limits import _deadlines_of
+
+    async def answer() -> str:
+        return "now"
+
+    async def scenario() -> tuple[str, int, bool]:
+        loop = asyncio.get_running_loop()
+        answered = await with_timeout(answer(), 1)
+        deadlines = _deadlines_of(loop)
+        return answered, len(deadlines.tasks), deadlines.timer is None
+
+    assert asyncio.run(scenario()) == ("now", 0, True)
+
+
+def test_the_outer_deadline_outlives_an_inner_call_that_armed_first() -> None:
+    async def inner_then_wait() -> str:
+        # armed in the outer call's first step, and ended: the outer deadline still holds
+        await with_timeout(asyncio.sleep(0.01), 30)
+        await asyncio.sleep(5)
+        return "no timeout"
+
+    async def scenario() -> tuple[str, float]:
+        started = time.monotonic()
+        try:
+            first = await with_timeout(inner_then_wait(), 0.2)
+        except RequestTimeout as exc:
+            first = str(exc)
+        return first, time.monotonic() - started
+
+    first, took = asyncio.run(scenario())
+    assert first == "the request took longer than 0.2 s"
+    assert 0.2 <= took < 0.5
+
+
 def test_a_deadline_the_awaited_code_swallowed_leaves_the_task_uncancelled() -> None:
     """A task that outlives its request (a gRPC stream's, a Kafka consumer's) starts the
     next one with no cancel pending from the last deadline, even when the code swallowed
