@@ -27,6 +27,7 @@ __all__ = [
     "config_from_core",
     "index_from_core",
     "infer_from_core",
+    "infer_response_bytes",
     "infer_to_core",
     "metadata_from_core",
     "parameters_from_core",
@@ -243,6 +244,55 @@ def infer_from_core(body: dict[str, Any], raw: bool) -> Any:
     if raw:
         response.raw_output_contents.extend(contents)
     return response
+
+
+def infer_response_bytes(body: dict[str, Any], raw: bool) -> bytes:
+    """``infer_from_core(body, raw).SerializeToString()``, byte for byte.
+
+    For the model's usual answer (one tensor as plain_output encodes it, raw, or typed
+    FP32 or FP64), what repeats from call to call (the model's name and version, the
+    tensor's name, datatype and shape) is serialized by protobuf once and cached, and
+    the call's id and bytes are joined to it as the length-delimited fields they are:
+    no message is built. Any other answer is built and serialized by protobuf.
+    """
+    outputs = body.get("outputs")
+    if type(outputs) is list and len(outputs) == 1 and not body.get("parameters"):
+        obj = outputs[0]
+        if type(obj) is dict and obj.keys() == _PLAIN_KEYS and type(data := obj[RAW]) is bytes:
+            name, version = body.get("model_name"), body.get("model_version") or ""
+            call_id = body.get("id") or ""
+            if (
+                data
+                and obj["parameters"] == {"binary_data_size": len(data)}
+                and type(name) is str
+                and type(version) is str
+                and type(call_id) is str
+            ):
+                datatype, shape = obj["datatype"], obj["shape"]
+                head, tensor = _heads(name, version, obj["name"], datatype, tuple(shape))
+                if call_id:
+                    encoded = call_id.encode()
+                    head += b"\x1a" + _varint(len(encoded)) + encoded  # id = 3
+                if raw or datatype not in CONTENTS_FIELD:  # raw_output_contents = 6
+                    data = b"\x32" + _varint(len(data)) + data
+                    return head + b"\x2a" + _varint(len(tensor)) + tensor + data
+                packed = _packed(datatype, len(data))
+                if packed is not None and math.prod(shape) == packed[1]:
+                    contents = packed[0] + data  # the tensor's contents = 5
+                    tensor += b"\x2a" + _varint(len(contents)) + contents
+                    return head + b"\x2a" + _varint(len(tensor)) + tensor  # outputs = 5
+    return infer_from_core(body, raw).SerializeToString()  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=1024)
+def _heads(
+    model: str, version: str, name: str, datatype: str, shape: tuple[int, ...]
+) -> tuple[bytes, bytes]:
+    """The serialized start of a ModelInferResponse of ``model`` (its names) and of its
+    output tensor (name, datatype, shape): the same for every call of that model."""
+    head = pb.ModelInferResponse(model_name=model, model_version=version)
+    tensor = pb.ModelInferResponse.InferOutputTensor(name=name, datatype=datatype, shape=shape)
+    return head.SerializeToString(), tensor.SerializeToString()
 
 
 def metadata_from_core(body: dict[str, Any]) -> Any:

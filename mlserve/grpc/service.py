@@ -94,20 +94,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return convert.metadata_from_core((await self._model_call(context, request)).body)
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
+        """The response serialized already (``serialized`` sends it as it is)."""
         try:
-            return await self._infer(request)
+            body = await self._infer(request)
+            return convert.infer_response_bytes(body, bool(request.raw_input_contents))
         except MLServeError as exc:
             await _abort(context, self._failure(exc))
 
-    async def _infer(self, request: Any) -> Any:
-        """One inference; a failure raises the MLServeError of its status."""
+    async def _infer(self, request: Any) -> dict[str, Any]:
+        """One inference: the core's response body; a failure raises the MLServeError of
+        its status."""
         body = convert.infer_to_core(request)
         path = _infer_path(request.model_name, request.model_version)
         event = Event(body=body, path=path, method="POST", trigger=_TRIGGER)
         response: Response = await self.server.run_async(event)
         if response.status_code >= 300:
             raise _ResponseError(response)
-        return convert.infer_from_core(response.body, raw=bool(request.raw_input_contents))
+        return response.body  # type: ignore[no-any-return]
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[Any], context: Any
@@ -116,7 +119,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         answers with its ``error_message`` and the stream goes on."""
         async for request in requests:
             try:
-                yield pb.ModelStreamInferResponse(infer_response=await self._infer(request))
+                body = await self._infer(request)
+                response = convert.infer_from_core(body, raw=bool(request.raw_input_contents))
+                yield pb.ModelStreamInferResponse(infer_response=response)
             except MLServeError as exc:
                 message = _body_message(self._failure(exc).body)
                 yield pb.ModelStreamInferResponse(error_message=message)
@@ -199,6 +204,24 @@ def _add_tfserving(server: Any, grpc_server: Any) -> bool:
     return True
 
 
+def serialized(message: Any) -> bytes:
+    """A response as it goes on the wire: ModelInfer's comes serialized already."""
+    return message if type(message) is bytes else message.SerializeToString()  # type: ignore[no-any-return]
+
+
+def _model_infer(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
+    """ModelInfer with a serializer that sends the bytes ``ModelInfer`` returns (the
+    generated registration would serialize a message)."""
+    handler = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInfer,
+        request_deserializer=pb.ModelInferRequest.FromString,
+        response_serializer=serialized,
+    )
+    return grpc.method_handlers_generic_handler(
+        "inference.GRPCInferenceService", {"ModelInfer": handler}
+    )
+
+
 async def start_grpc_server(
     server: Any,
     host: str,
@@ -224,7 +247,9 @@ async def start_grpc_server(
         ],
     )
     if "v2" in services:
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(server), grpc_server)
+        servicer = InferenceServicer(server)
+        grpc_server.add_generic_rpc_handlers((_model_infer(servicer),))  # asked first
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, grpc_server)
     if "tfserving" in services and not _add_tfserving(server, grpc_server) and "v2" not in services:
         raise RuntimeError("the TF Serving gRPC port needs tensorflow-serving-api installed")
     bound = grpc_server.add_insecure_port(f"{host}:{port}")
