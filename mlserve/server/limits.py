@@ -418,20 +418,21 @@ async def with_timeout(awaitable: Any, seconds: float) -> Any:
     """``await awaitable``, or RequestTimeout (504) after ``seconds`` (0: no limit).
 
     A coroutine runs its first step before any deadline is armed: a request answered
-    without waiting (an inline model) never needs one, and one that waits gets it from
-    when it began. Nested calls in one task share one deadline, the earliest, until
-    the outermost ends.
+    without waiting (an inline model) never needs one (nor the running loop: asking
+    for it is a getpid() system call), and one that waits gets it from when it first
+    waits. Nested calls in one task share one deadline, the earliest, until the
+    outermost ends.
     """
     if not seconds:
         return await awaitable
-    loop = _get_running_loop()
-    deadline = loop.time() + seconds
     if type(awaitable) is CoroutineType:
         try:
             waiting = awaitable.send(None)
         except StopIteration as done:
             return done.value
         awaitable = _resumed(awaitable, waiting)
+    loop = _get_running_loop()
+    deadline = loop.time() + seconds
     task = _current_task(loop)
     if task is None:
         return await awaitable
