@@ -185,12 +185,17 @@ def _packed(datatype: str, size: int) -> tuple[bytes, int] | None:
 
 def _varint(value: int) -> bytes:
     """Protobuf's base-128 varint of a non-negative int."""
+    if value < 0x80:  # one byte: most lengths (tags, names, small tensors)
+        return _ONE_BYTE[value]
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
 
 
 def infer_from_core(body: dict[str, Any], raw: bool) -> Any:
