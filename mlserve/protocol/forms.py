@@ -97,13 +97,14 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
             return body  # rows of values (mlrun's form): neither tensors nor meant as tensors
         if type(first) is dict and len(inputs) == 1:
             array = plain_tensor(first)
-            # One common tensor, no output named, the parameters (if any) an object: what
-            # the code below gives (_check_parameters passes; _request, inline), unchecked.
-            if (
-                array is not None
-                and "outputs" not in body
-                and ("parameters" not in body or type(body["parameters"]) is dict)
-            ):
+            if array is not None:
+                # One common tensor: what the code below gives (_request, inline), its
+                # parameters checked only when there are any to check (named outputs:
+                # tritonclient asks for its outputs by name), the tensor not decoded twice.
+                if "outputs" in body or (
+                    "parameters" in body and type(body["parameters"]) is not dict
+                ):
+                    _check_parameters(body)
                 request = InferenceRequest(body)
                 request.tensors = {first["name"]: array}
                 request.input_objects = inputs
@@ -139,16 +140,20 @@ def _check_parameters(body: dict[str, Any]) -> None:
     """Request and requested-output ``parameters`` are objects: a 400 here, not a 500 later."""
     if "outputs" not in body and ("parameters" not in body or type(body["parameters"]) is dict):
         return  # the common requests: no output named, the request's parameters (if any) an object
-    places = [("the request", body)]
+    params = body.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        _refuse_parameters("the request", params)
     outputs = body.get("outputs")
     if isinstance(outputs, list):
-        places += [(f"output {o.get('name')!r}", o) for o in outputs if isinstance(o, dict)]
-    for where, obj in places:
-        params = obj.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise InvalidInput(
-                f"'parameters' of {where} must be an object, got {type(params).__name__}"
-            )
+        for obj in outputs:  # a loop, no list of places: tritonclient names its outputs
+            if isinstance(obj, dict):
+                params = obj.get("parameters")
+                if params is not None and not isinstance(params, dict):
+                    _refuse_parameters(f"output {obj.get('name')!r}", params)
+
+
+def _refuse_parameters(where: str, params: Any) -> None:
+    raise InvalidInput(f"'parameters' of {where} must be an object, got {type(params).__name__}")
 
 
 def _meant_as_tensors(inputs: Any) -> bool:
@@ -258,13 +263,23 @@ def build_outputs(
 ) -> list[dict[str, Any]]:
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
-    if type(result) is np.ndarray and "outputs" not in request:
-        # The common answer, one array and no output named: what the general code gives
-        # (wants_binary of no named output reads the request's parameters alone).
-        params = request.get("parameters")
-        binary = params and params.get("binary_data_output")  # its truth is all that is read
-        obj = plain_output(default_name, result, binary)  # encode_tensor's own first try
-        return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
+    if type(result) is np.ndarray:
+        outputs = request.get("outputs")
+        if outputs is None:
+            # The common answer, one array and no output named: what the general code gives
+            # (wants_binary of no named output reads the request's parameters alone).
+            params = request.get("parameters")
+            binary = params and params.get("binary_data_output")  # only its truth is read
+            obj = plain_output(default_name, result, binary)  # encode_tensor's own first try
+            return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
+        if type(outputs) is list and len(outputs) == 1:
+            named = outputs[0]
+            if type(named) is dict and named.get("name") == default_name:
+                # One array, asked for by its name (tritonclient names its outputs): the
+                # general code's answer, without its tables of names.
+                binary = wants_binary(request, default_name)
+                obj = plain_output(default_name, result, binary)
+                return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):

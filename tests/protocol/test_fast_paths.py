@@ -7,6 +7,7 @@ list or ndarray subclass, which the fast branches leave to it.
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from mlserve.protocol.tensors import (
     decode_tensor,
     dumps,
     encode_tensor,
+    join_binary_body,
     plain_tensor,
 )
 
@@ -270,16 +272,66 @@ def test_outputs_encode_as_the_general_path_does(array: np.ndarray, binary: bool
             {"parameters": {"binary_data_output": True}},
             {"parameters": {"binary_data_output": False}},
             {"outputs": [{"name": "y", "parameters": {"binary_data": True}}]},
+            {"outputs": [{"name": "y"}], "parameters": {"binary_data_output": True}},
+            {
+                "outputs": [{"name": "y", "parameters": {"binary_data": False}}],
+                "parameters": {"binary_data_output": True},
+            },
+            {"outputs": [{"name": "y", "parameters": None}]},
+            {"outputs": [{"name": "z"}]},
+            {"outputs": [{"name": "y"}, {"name": "y"}]},
+            {"outputs": None},
         ]
     ),
 )
 def test_an_array_answer_builds_the_outputs_the_general_path_does(
     array: np.ndarray, request: dict[str, Any]
 ) -> None:
-    fast = build_outputs(array, request, "y")
-    general = build_outputs(array.view(_Array), request, "y")
+    fast = _outcome(build_outputs, array, request, "y")
+    general = _outcome(build_outputs, array.view(_Array), request, "y")
+    if isinstance(general, str):
+        assert fast == general
+        return
     assert [list(obj) for obj in fast] == [list(obj) for obj in general]
     assert dumps(fast) == dumps(general)
+
+
+def _joined_generally(body: dict[str, Any]) -> tuple[bytes, int]:
+    """join_binary_body's general code, for every output: each loses its bytes to the
+    tail and names their size in a parameters object of its own."""
+    chunks: list[bytes] = []
+    outputs = []
+    for obj in body["outputs"]:
+        if obj.get(RAW) is None:
+            outputs.append(obj)
+            continue
+        chunks.append(bytes(obj[RAW]))
+        detached = {key: value for key, value in obj.items() if key != RAW}
+        size = {"binary_data_size": len(chunks[-1])}
+        detached["parameters"] = {**(obj.get("parameters") or {}), **size}
+        outputs.append(detached)
+    text = dumps({**body, "outputs": outputs})
+    return text + b"".join(chunks), len(text)
+
+
+@SETTINGS
+@given(
+    array=_arrays(),
+    change=st.sampled_from(
+        [{}, {"parameters": {"shm": 1}}, {"parameters": None}, {"extra": 1}, {"reorder": True}]
+    ),
+)
+def test_binary_answers_join_as_the_general_code_does(
+    array: np.ndarray, change: dict[str, Any]
+) -> None:
+    obj = _outcome(encode_tensor, "y", array, binary=True)
+    if isinstance(obj, str):
+        return
+    if change.pop("reorder", False):
+        obj = {RAW: obj[RAW], **{key: value for key, value in obj.items() if key != RAW}}
+    obj.update(change)
+    body = {"id": "1", "model_name": "m", "outputs": [obj, {"name": "z", "data": [1]}]}
+    assert join_binary_body(body) == _joined_generally(body)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -358,3 +410,22 @@ def test_json_bodies_parse_as_the_general_path_does(body: bytes, content_type: s
     fast = _outcome(parse_json_body, body, content_type)
     general = _outcome(parse_json_body, bytearray(body), content_type)
     assert repr(fast) == repr(bytes(general) if isinstance(general, bytearray) else general)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"parameters": [1]}, "'parameters' of the request must be an object, got list"),
+        ({"outputs": [{"name": "y", "parameters": 1}]}, "of output 'y' must be an object, got int"),
+        (
+            {"parameters": "x", "outputs": [{"name": "y", "parameters": 1}]},
+            "'parameters' of the request must be an object, got str",
+        ),
+        ({"outputs": [{"name": "y"}, {"parameters": []}]}, "of output None must be an object"),
+    ],
+)
+def test_parameters_that_are_not_objects_are_refused(body: dict[str, Any], message: str) -> None:
+    tensor = {"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}
+    for inputs in ([tensor], [_Dict(tensor)]):  # the fast branch and the general path
+        with pytest.raises(InvalidInput, match=re.escape(message)):
+            decode_request({"inputs": inputs, **body})
