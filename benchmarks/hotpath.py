@@ -37,11 +37,17 @@ BODY = json.dumps(
 PATH = b"/v2/models/echo/infer"
 
 
-def http_request(path: bytes, body: bytes) -> bytes:
-    """The bytes of a keep-alive JSON POST of ``body`` to ``path``."""
+def http_request(
+    path: bytes,
+    body: bytes,
+    content_type: bytes = b"application/json",
+    headers: tuple[tuple[str, str], ...] = (),
+) -> bytes:
+    """The bytes of a keep-alive POST of ``body`` to ``path`` (JSON unless said)."""
+    lines = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers)
     return (
-        b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (path, len(body), body)
+        b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n%s"
+        b"Content-Length: %d\r\n\r\n%s" % (path, content_type, lines, len(body), body)
     )
 
 

@@ -1,6 +1,7 @@
 """Instructions per request, counted by valgrind's callgrind: an A/B for small cuts.
 
-    python -m benchmarks.instructions [--case http grpc mock tracking] [--requests 1000] [--mlrun]
+    python -m benchmarks.instructions [--case http binary grpc mock tracking] [--requests 1000]
+        [--mlrun]
 
 Wall and CPU clocks swing with the machine's load (2 cores shared with every other
 process); the number of instructions a request executes does not (within about 0.3%
@@ -13,6 +14,9 @@ servers: ``make bench`` does that.
 - ``http``: the HTTP/1.1 protocol fed request bytes in-process
   (``benchmarks.hotpath``), 8 clients, the echo model on the event loop (its gate set
   inline, where a served model goes after its first 40 calls).
+- ``binary``: the same with tritonclient's default request (``benchmarks.http_load``'s
+  binary form: a JSON header naming the output, the tensor's raw bytes after it; the
+  answer binary too).
 - ``grpc``: ``InferenceServicer.ModelInfer`` in-process (``servers/grpc_servicer_cpu``'s
   driver: request parsed, answer serialized), a typed [1, 4] FP32 request, 8 clients,
   the echo model inline.
@@ -85,6 +89,17 @@ def _http(count: int, server: Any = None, request: bytes | None = None) -> None:
         runner.run(hotpath._round("protocol", server, count, 8, request))
 
 
+def _binary(count: int) -> None:
+    """``_http`` with tritonclient's binary request."""
+    from benchmarks import hotpath
+    from benchmarks.http_load import BINARY
+
+    request = hotpath.http_request(
+        hotpath.PATH, BINARY.body, BINARY.content_type.encode(), BINARY.headers
+    )
+    _http(count, request=request)
+
+
 def _tracking(count: int, stream: str) -> None:
     """The HTTP case with benchmarks.tracking's model, tracking to file ``stream`` (or off)."""
     from benchmarks import hotpath, tracking
@@ -122,7 +137,7 @@ def _collected(command: list[str]) -> int:
 
 def _command(case: str, framework: str, count: int) -> list[str]:
     child = [sys.executable, "-m", "benchmarks.instructions", f"--run-{case}", str(count)]
-    if case in ("http", "grpc"):
+    if case in ("http", "binary", "grpc"):
         return child
     if case == "tracking":
         return [*child, "--stream", framework]
@@ -159,18 +174,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--case",
         nargs="+",
-        choices=["http", "grpc", "mock", "tracking"],
+        choices=["http", "binary", "grpc", "mock", "tracking"],
         default=["http", "mock"],
     )
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--mlrun", action="store_true", help="also count mlrun's mock server")
     parser.add_argument("--run-http", type=int, help=argparse.SUPPRESS)  # the child of `http`
+    parser.add_argument("--run-binary", type=int, help=argparse.SUPPRESS)  # of `binary`
     parser.add_argument("--run-grpc", type=int, help=argparse.SUPPRESS)  # the child of `grpc`
     parser.add_argument("--run-tracking", type=int, help=argparse.SUPPRESS)  # of `tracking`
     parser.add_argument("--stream", help=argparse.SUPPRESS)  # off, or the file to log to
     args = parser.parse_args(argv)
     if args.run_http is not None:
         _http(args.run_http)
+        return
+    if args.run_binary is not None:
+        _binary(args.run_binary)
         return
     if args.run_grpc is not None:
         _grpc(args.run_grpc)
