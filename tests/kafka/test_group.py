@@ -94,7 +94,7 @@ def test_three_members_one_killed_every_message_has_a_result(kafka: ProcessServi
                 if message.key() != b"warmup":  # answered once the 3 members had partitions
                     partition = int(dict(message.headers())["mlserve-source"].split(b"/")[1])
                     owners.setdefault(partition, set()).add(pid)
-                if victim is None and len(seen) >= MESSAGES // 4:
+                if victim is None and len(seen) >= MESSAGES // 10:
                     victim = next(m for m in members if m.proc.pid in pids_before)
                     victim.proc.send_signal(signal.SIGKILL)  # no commit, no goodbye
         finally:
@@ -110,10 +110,12 @@ def test_three_members_one_killed_every_message_has_a_result(kafka: ProcessServi
         assert seen[b"malformed"] == 0
         survivors = [m for m in members if m is not victim]
         assert {m.proc.pid for m in survivors} <= pids_after  # both went on after the kill
-        taken_over = [p for p, pids in owners.items() if victim.proc.pid in pids]
-        assert taken_over  # the victim owned partitions, and a survivor finished each
-        for partition in taken_over:
-            assert owners[partition] - {victim.proc.pid}, f"partition {partition} not taken over"
+        victims = [p for p, pids in owners.items() if victim.proc.pid in pids]
+        assert victims  # the victim owned partitions
+        # A survivor finished what the victim left (no message is missing, above); a partition
+        # the victim had already finished when it was killed has nothing left to take over.
+        taken_over = [p for p in victims if owners[p] - {victim.proc.pid}]
+        assert taken_over, f"none of the victim's partitions {victims} was taken over"
 
         letters = topics.read(kafka.url, dead, 1, 30)
         assert [m.key() for m in letters] == [b"malformed"]
