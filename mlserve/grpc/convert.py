@@ -21,7 +21,7 @@ from google.protobuf import json_format
 
 from mlserve.grpc.generated import grpc_predict_v2_pb2 as pb
 from mlserve.protocol.errors import InvalidInput
-from mlserve.protocol.tensors import RAW, decode_raw
+from mlserve.protocol.tensors import RAW, decode_raw, plain_binary
 
 __all__ = [
     "config_from_core",
@@ -75,9 +75,6 @@ _PACKED_TAGS = {"FP32": (b"\x32", 4), "FP64": (b"\x3a", 8)}
 _TYPED_FIELDS = {
     datatype: (field, FIELD_DTYPES.get(field)) for datatype, field in CONTENTS_FIELD.items()
 }
-
-# The keys of an output as protocol.tensors.plain_output encodes it in binary form.
-_PLAIN_KEYS = frozenset({"name", "datatype", "shape", "parameters", RAW})
 
 _NOT_TENSORS = "the model's answer is not a list of output tensors (gRPC serves tensors only)"
 
@@ -211,23 +208,20 @@ def infer_from_core(body: dict[str, Any], raw: bool) -> Any:
     outputs = body.get("outputs")
     if type(outputs) is list and len(outputs) == 1:
         obj = outputs[0]
-        # The model's usual answer: one tensor as plain_output encodes it (its bytes under
-        # RAW, binary_data_size its only parameter): what the loop below gives, in fewer steps.
-        if type(obj) is dict and obj.keys() == _PLAIN_KEYS and type(data := obj[RAW]) is bytes:
-            if obj["parameters"] == {"binary_data_size": len(data)}:
-                datatype = obj["datatype"]
-                tensor = response.outputs.add(
-                    name=obj["name"], datatype=datatype, shape=obj["shape"]
-                )
-                if raw or datatype not in CONTENTS_FIELD:
-                    response.raw_output_contents.append(data)
-                    return response
-                packed = _packed(datatype, len(data))
-                if packed is not None and math.prod(obj["shape"]) == packed[1]:
-                    tensor.contents.MergeFromString(packed[0] + data)  # _typed's merge, inline
-                else:
-                    _typed(tensor, obj, data)
+        # The model's usual answer (plain_binary): what the loop below gives, in fewer steps.
+        data = plain_binary(obj)
+        if data is not None:
+            datatype = obj["datatype"]
+            tensor = response.outputs.add(name=obj["name"], datatype=datatype, shape=obj["shape"])
+            if raw or datatype not in CONTENTS_FIELD:
+                response.raw_output_contents.append(data)
                 return response
+            packed = _packed(datatype, len(data))
+            if packed is not None and math.prod(obj["shape"]) == packed[1]:
+                tensor.contents.MergeFromString(packed[0] + data)  # _typed's merge, inline
+            else:
+                _typed(tensor, obj, data)
+            return response
     if not isinstance(outputs, list):
         raise InvalidInput(_NOT_TENSORS)
     for obj in outputs:  # one loop, not all() and any() over generators: this runs per request
@@ -263,16 +257,11 @@ def infer_response_bytes(body: dict[str, Any], raw: bool) -> bytes:
     outputs = body.get("outputs")
     if type(outputs) is list and len(outputs) == 1 and not body.get("parameters"):
         obj = outputs[0]
-        if type(obj) is dict and obj.keys() == _PLAIN_KEYS and type(data := obj[RAW]) is bytes:
+        data = plain_binary(obj)
+        if data:  # the model's usual answer, not empty
             name, version = body.get("model_name"), body.get("model_version") or ""
             call_id = body.get("id") or ""
-            if (
-                data
-                and obj["parameters"] == {"binary_data_size": len(data)}
-                and type(name) is str
-                and type(version) is str
-                and type(call_id) is str
-            ):
+            if type(name) is str and type(version) is str and type(call_id) is str:
                 datatype, shape = obj["datatype"], obj["shape"]
                 head, tensor = _heads(name, version, obj["name"], datatype, tuple(shape))
                 if call_id:
