@@ -98,13 +98,9 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
         if type(first) is dict and len(inputs) == 1:
             array = plain_tensor(first)
             if array is not None:
-                # One common tensor: what the code below gives (_request, inline), its
-                # parameters checked only when there are any to check (named outputs:
-                # tritonclient asks for its outputs by name), the tensor not decoded twice.
-                if "outputs" in body or (
-                    "parameters" in body and type(body["parameters"]) is not dict
-                ):
-                    _check_parameters(body)
+                # One common tensor: what the code below gives (_request, inline), the
+                # tensor not decoded twice.
+                _check_parameters(body)
                 request = InferenceRequest(body)
                 request.tensors = {first["name"]: array}
                 request.input_objects = inputs
@@ -263,23 +259,17 @@ def build_outputs(
 ) -> list[dict[str, Any]]:
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
-    if type(result) is np.ndarray:
-        outputs = request.get("outputs")
-        if outputs is None:
-            # The common answer, one array and no output named: what the general code gives
-            # (wants_binary of no named output reads the request's parameters alone).
+    outputs = request.get("outputs")
+    if type(result) is np.ndarray and (outputs is None or _names_only(outputs, default_name)):
+        # The common answer, one array, no output named or that one by its name (as
+        # tritonclient asks): what the general code gives, without its tables of names.
+        if outputs is None:  # wants_binary of no named output reads the parameters alone
             params = request.get("parameters")
             binary = params and params.get("binary_data_output")  # only its truth is read
-            obj = plain_output(default_name, result, binary)  # encode_tensor's own first try
-            return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
-        if type(outputs) is list and len(outputs) == 1:
-            named = outputs[0]
-            if type(named) is dict and named.get("name") == default_name:
-                # One array, asked for by its name (tritonclient names its outputs): the
-                # general code's answer, without its tables of names.
-                binary = wants_binary(request, default_name)
-                obj = plain_output(default_name, result, binary)
-                return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
+        else:
+            binary = wants_binary(request, default_name)
+        obj = plain_output(default_name, result, binary)  # encode_tensor's own first try
+        return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):
@@ -297,6 +287,14 @@ def build_outputs(
             )
         tensors = {name: tensors[name] for name in requested}
     return [_encode(name, value, wants_binary(request, name)) for name, value in tensors.items()]
+
+
+def _names_only(outputs: Any, name: str) -> bool:
+    """Whether the requested ``outputs`` are the one output ``name``."""
+    if type(outputs) is not list or len(outputs) != 1:
+        return False
+    first = outputs[0]
+    return type(first) is dict and first.get("name") == name
 
 
 def _encode(name: str, value: Any, binary: bool) -> dict[str, Any]:
