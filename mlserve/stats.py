@@ -12,7 +12,16 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["ModelStats"]
+__all__ = ["ModelStats", "take_pending"]
+
+
+def take_pending(pending: list[Any]) -> list[Any]:
+    """What was appended to ``pending`` so far, removed from it; what other threads
+    append meanwhile stays, after it (a slice and its ``del`` are each one step under the
+    GIL). One taker at a time: the caller holds its lock."""
+    taken = pending[: len(pending)]
+    del pending[: len(taken)]
+    return taken
 
 
 class _Duration:
@@ -102,9 +111,8 @@ class ModelStats:
         if not calls:
             return
         with self._lock:
-            taken = calls[: len(calls)]
-            del calls[: len(taken)]  # calls appended meanwhile stay, after these
-            if not taken:
+            taken = take_pending(calls)
+            if not taken:  # another reader took them first
                 return
             count = len(taken) // 3
             success = self._success

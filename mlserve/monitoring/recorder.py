@@ -16,6 +16,8 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterator
 
+from mlserve.stats import take_pending
+
 __all__ = ["LATENCY_BUCKETS", "ModelRecorder", "OpCounts", "model_recorder", "recorders"]
 
 # Upper bounds (seconds) of the latency histogram's buckets; +Inf is implied.
@@ -69,8 +71,7 @@ class ModelRecorder:
         if not pending:
             return
         with self._lock:
-            taken = pending[: len(pending)]
-            del pending[: len(taken)]  # calls appended meanwhile stay, after these
+            taken = take_pending(pending)
             if not taken:  # another reader took them first
                 return
             ops, latencies = taken[0::2], taken[1::2]
