@@ -215,7 +215,7 @@ class StreamPusher:
             self._enqueue(item)
             return
         inbox.append(item)  # _enqueue inline: this runs on every call
-        if len(inbox) == self._wake_at:
+        if len(inbox) >= self._wake_at and not self._wake.is_set():  # see _enqueue
             self._wake.set()
 
     def push_error(
@@ -259,7 +259,9 @@ class StreamPusher:
             else:
                 self._count_dropped(1)
         inbox.append(item)
-        if len(inbox) == self._wake_at:
+        # At or past the mark, not at it: a caller on another thread may append between
+        # this append and this look at the length, and then neither sees the mark itself.
+        if len(inbox) >= self._wake_at and not self._wake.is_set():
             self._wake.set()
 
     def _restart(self) -> None:

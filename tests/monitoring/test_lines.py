@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict, defaultdict
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import mlserve
+from mlserve.monitoring import pusher as pusher_module
 from mlserve.monitoring import records as rec
 from mlserve.monitoring.pusher import StreamPusher
+from mlserve.monitoring.streams.memory import MemoryStream
 from mlserve.protocol.tensors import dumps
 from tests.monitoring.conftest import FailingModel, SumModel, wait_for
 
@@ -323,3 +327,35 @@ def test_lines_carry_model_names_as_keys_to_targets_that_use_keys() -> None:
         ]
         assert target.keys == ([b"a", b"b", b"b"] if keyed else [])
         assert (pusher.sent, pusher.dropped) == (3, 0)
+
+
+@pytest.mark.parametrize("lines", [True, False], ids=["lines", "calls"])
+def test_the_sender_wakes_when_callers_on_two_threads_pass_the_mark_together(
+    lines: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller on another thread may append between a caller's append and its look at
+    the inbox's length, so that neither sees the waking mark itself: the sender still
+    wakes at once and sends (its idle pause is made too long to come first here). The
+    inbox holds encoded lines for a file-like target, calls for a target of dicts."""
+    monkeypatch.setattr(pusher_module, "IDLE_WAKE_SECONDS", 600.0)
+    model, start = Model("a"), time.time_ns()
+    if lines:
+        target: Any = KeylessTarget()
+        sent, mark = target.lines, pusher_module.WAKE_AT_LINES
+        racing: Any = b'{"model":"a","from":"the other thread"}'
+    else:
+        target = MemoryStream(f"dummy://wake-{time.time_ns()}")
+        sent, mark = target.records, pusher_module.WAKE_AT
+        racing = (model, start, {"inputs": [["other thread"]]}, {"outputs": [1]}, "infer", 5, None)
+    pusher = StreamPusher(target)
+    for _ in range(mark - 1):
+        pusher.push(model, start, ROWS, {"outputs": [3, 7]}, "infer", 5)
+    pusher._inbox.append(racing)  # the other thread's append: its length check is still to come
+    pusher.push(model, start, ROWS, {"outputs": [3, 7]}, "infer", 5)
+    wait_for(lambda: len(sent) >= mark)
+    pusher.close()
+    if lines:
+        assert sent[mark - 1] == racing
+    else:
+        assert sent[mark - 1]["request"]["inputs"] == [["other thread"]]
+    assert (len(sent), pusher.sent, pusher.dropped) == (mark + 1, mark + 1, 0)
