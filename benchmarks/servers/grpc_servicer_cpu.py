@@ -48,7 +48,9 @@ async def _client(servicer: InferenceServicer, body: bytes, count: int) -> None:
     context = _Context()
     for _ in range(count):
         request = pb.ModelInferRequest.FromString(body)
-        answer = await servicer.ModelInfer(request, context)  # bytes, or a message (before)
+        answer = await servicer.ModelInfer(request, context)
+        # service.serialized's step, written out: a baseline tree (--baseline, by PYTHONPATH)
+        # may predate it, and its ModelInfer returns a message, not bytes.
         answer if type(answer) is bytes else answer.SerializeToString()
 
 
