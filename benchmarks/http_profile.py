@@ -27,7 +27,7 @@ LAYERS = [
     ("the tensor codec (decode, encode, JSON)", ("mlserve/protocol/",)),
     (
         "the model (hooks, envelope, stats, metrics)",
-        ("mlserve/model.py", "mlserve/stats.py", "mlserve/monitoring/"),
+        ("mlserve/model.py", "mlserve/core/stats.py", "mlserve/monitoring/"),
     ),
     ("the graph (steps, routing)", ("mlserve/graph/",)),
     ("the server (handlers, limits, deadlines, thread hop)", ("mlserve/server/",)),

@@ -61,7 +61,8 @@ _MOCK = (
 
 
 def _inline(server: Any) -> None:
-    from mlserve.server.limits import gate_of, limits_of
+    from mlserve.core.gate import gate_of
+    from mlserve.core.limits import limits_of
 
     model = next(server.iter_models())
     gate = gate_of(model, limits_of(model.context))

@@ -12,7 +12,8 @@ import typing as _typing
 from importlib import import_module as _import_module
 
 if _typing.TYPE_CHECKING:
-    from mlserve.context import GraphContext
+    from mlserve.core.context import GraphContext
+    from mlserve.core.events import Event, MockEvent, Response
     from mlserve.function import ServingFunction, code_to_function, import_function, new_function
     from mlserve.function.mock import deploy_function
     from mlserve.graph.ensembles import ParallelRun, VotingEnsemble
@@ -21,52 +22,23 @@ if _typing.TYPE_CHECKING:
     from mlserve.graph.routers import BaseModelRouter, ModelRouter
     from mlserve.graph.steps import RouterStep, TaskStep
     from mlserve.model import V2ModelServer
-    from mlserve.server.events import Event, MockEvent, Response
     from mlserve.server.graph_server import GraphServer, ServingRequestError, create_graph_server
 
-__version__ = "0.1.0"
-
-# Each public name and the module that defines it.
-_NAMES = {
-    "BaseModelRouter": "mlserve.graph.routers",
-    "ErrorStep": "mlserve.graph.flow",
-    "Event": "mlserve.server.events",
-    "FlowStep": "mlserve.graph.flow",
-    "GraphContext": "mlserve.context",
-    "GraphServer": "mlserve.server.graph_server",
-    "MockEvent": "mlserve.server.events",
-    "ModelRouter": "mlserve.graph.routers",
-    "ParallelRun": "mlserve.graph.ensembles",
-    "QueueConsumer": "mlserve.graph.queues",
-    "QueueStep": "mlserve.graph.queues",
-    "Response": "mlserve.server.events",
-    "RootFlowStep": "mlserve.graph.flow",
-    "RouterStep": "mlserve.graph.steps",
-    "ServingFunction": "mlserve.function",
-    "ServingRequestError": "mlserve.server.graph_server",
-    "TaskStep": "mlserve.graph.steps",
-    "V2ModelServer": "mlserve.model",
-    "VotingEnsemble": "mlserve.graph.ensembles",
-    "code_to_function": "mlserve.function",
-    "create_graph_server": "mlserve.server.graph_server",
-    "deploy_function": "mlserve.function.mock",
-    "import_function": "mlserve.function",
-    "new_function": "mlserve.function",
-}
+from mlserve.core.public import PUBLIC_NAMES as _NAMES
+from mlserve.core.version import __version__
 
 # The subpackages and modules that ``import mlserve`` used to load with the names:
 # reaching one as an attribute (``mlserve.graph.ensembles``, ``mlserve.server.
 # graph_server``) loads all the names' modules, as ``import mlserve`` once did.
 _SUBMODULES = (
     "batching",
-    "context",
+    "core",
     "function",
     "graph",
     "model",
     "monitoring",
     "protocol",
     "server",
-    "stats",
 )
 
 __all__ = [

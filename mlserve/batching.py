@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from mlserve.core.aio import in_thread, run_in_threadpool
+from mlserve.core.stats import ModelStats
 from mlserve.protocol.errors import ModelError, TooManyRequests
 from mlserve.protocol.forms import InferenceRequest
-from mlserve.server.aio import in_thread, run_in_threadpool
-from mlserve.stats import ModelStats
 
 __all__ = ["Batcher", "BatchingRunner", "batching_runner"]
 

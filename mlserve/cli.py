@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlserve.server.limits import add_limit_flags, server_limits
+from mlserve.core.limits import add_limit_flags, server_limits
 
 __all__ = ["TARGETS", "build_server", "load_function", "main"]
 
@@ -31,7 +31,7 @@ def load_function(target: str, **repository_options: Any) -> Any:
 
     path = Path(target)
     if path.is_dir():
-        from mlserve.repository.serve import function_from_repository
+        from mlserve.function.repository import function_from_repository
 
         return function_from_repository(path, **repository_options)
     if path.suffix in (".yaml", ".yml", ".json"):
@@ -127,7 +127,7 @@ def serve(args: argparse.Namespace) -> None:
             print(f"mlserve: serving {args.target} on http://{args.host}:{args.port}{grpc}")
             sys.stdout.flush()
 
-    from mlserve.http.settings import FaceSettings
+    from mlserve.core.settings import FaceSettings
 
     settings = FaceSettings.from_env(**face_options(args))
     mode = args.model_control_mode or os.environ.get("MLSERVE_MODEL_CONTROL_MODE") or "none"
@@ -180,7 +180,7 @@ def _check_kafka(args: argparse.Namespace) -> None:
 
 def _check_ports(host: str, ports: list[int | None]) -> None:
     """A port another process holds ends ``mlserve serve`` with one line, before any model loads."""
-    from mlserve.runner import port_is_free
+    from mlserve.core.sockets import port_is_free
 
     for port in ports:
         if port and not port_is_free(host, port):
@@ -189,7 +189,7 @@ def _check_ports(host: str, ports: list[int | None]) -> None:
 
 def face_options(args: argparse.Namespace) -> dict[str, Any]:
     """The ``FaceSettings`` values given as flags (None: not given, env or default)."""
-    from mlserve.http.settings import split_secrets
+    from mlserve.core.settings import split_secrets
 
     return {
         "auth_tokens": split_secrets(*(args.auth_token or [])),

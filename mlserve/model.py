@@ -26,9 +26,15 @@ from typing import Any
 import numpy as np
 
 from mlserve.batching import batching_runner
-from mlserve.context import GraphContext
-from mlserve.monitoring.recorder import ModelRecorder, model_recorder
-from mlserve.monitoring.records import when_ns
+from mlserve.core.aio import drive, run_in_threadpool
+from mlserve.core.clock import when_ns
+from mlserve.core.context import GraphContext
+from mlserve.core.deadlines import with_timeout
+from mlserve.core.events import HTTP_TRIGGERS, Event, Response
+from mlserve.core.gate import gate_of
+from mlserve.core.limits import limits_of, request_timeout
+from mlserve.core.recorder import ModelRecorder, model_recorder
+from mlserve.core.stats import ModelStats
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
 from mlserve.protocol.forms import (
     InferenceRequest,
@@ -38,10 +44,6 @@ from mlserve.protocol.forms import (
     decode_request,
 )
 from mlserve.protocol.paths import get_path, set_path
-from mlserve.server.aio import drive, run_in_threadpool
-from mlserve.server.events import HTTP_TRIGGERS, Event, Response
-from mlserve.server.limits import gate_of, limits_of, request_timeout, with_timeout
-from mlserve.stats import ModelStats
 
 __all__ = ["V2ModelServer"]
 

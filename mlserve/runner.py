@@ -24,33 +24,15 @@ from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["WORKER_ENV", "bind_socket", "port_is_free", "run_server", "supervise", "worker_command"]
+from mlserve.core.sockets import bind_socket
+
+__all__ = ["WORKER_ENV", "run_server", "supervise", "worker_command"]
 
 logger = logging.getLogger("mlserve.server")
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # The index of a worker of `--workers N` (only worker 0 announces the server).
 WORKER_ENV = "MLSERVE_WORKER"
-
-
-def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """A bound TCP socket for the HTTP face (shared by workers with ``reuse_port``)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    return sock
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """Whether a server could listen on ``host:port`` now (no other process holds it)."""
-    try:
-        bind_socket(host, port).close()
-    except OSError:
-        return False
-    return True
 
 
 def _http_server(app: Any, settings: Any, drain_timeout: float = 0.0) -> Any:
@@ -199,7 +181,7 @@ def run_server(
     """
     import uvloop
 
-    from mlserve.http.settings import FaceSettings
+    from mlserve.core.settings import FaceSettings
 
     settings = settings or FaceSettings()
     server.hide_errors = server.hide_errors or settings.hide_errors

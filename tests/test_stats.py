@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from mlserve.stats import ModelStats
+from mlserve.core.stats import ModelStats
 
 
 def test_counts_and_durations() -> None:

@@ -38,7 +38,7 @@ from mlserve.frameworks.common import (
 from mlserve.frameworks.warmup import run_warmup
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput
-from mlserve.protocol.forms import InferenceRequest, _shape_matches
+from mlserve.protocol.forms import InferenceRequest, shape_matches
 from mlserve.protocol.tensors import DATATYPES
 
 __all__ = ["MODEL_FILES", "ONNXModelServer", "onnx_datatype"]
@@ -184,7 +184,7 @@ class ONNXModelServer(V2ModelServer):
             array = np.vectorize(_str, otypes=[object])(array) if array.size else array
         expected = _dims(node.shape)
         # [] is how ONNX Runtime shows a scalar and an input of unknown rank alike: not checked
-        if expected and not _shape_matches(expected, array.shape):
+        if expected and not shape_matches(expected, array.shape):
             raise InvalidInput(
                 f"input '{name}' has shape {list(array.shape)}, the model expects {expected}"
             )

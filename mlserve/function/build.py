@@ -86,7 +86,7 @@ class BuildOptions:
 
     def kafka_source(self) -> tuple[str, str]:
         """(topic, brokers) of ``kafka``; a ValueError when it or the group is missing."""
-        from mlserve.kafka.config import parse_source
+        from mlserve.core.kafka_config import parse_source
 
         topic, brokers = parse_source(self.kafka)
         if not self.group:
@@ -365,7 +365,7 @@ def _nuclio_config(fn: Any, options: BuildOptions) -> dict[str, Any]:
 
 def build(fn: Any, out_dir: str | Path, options: BuildOptions | None = None) -> list[Path]:
     """Write the build folder of ``fn`` (a ServingFunction); returns the files written."""
-    from mlserve import __version__
+    from mlserve.core.version import __version__
 
     options = options or BuildOptions()
     if options.kafka:

@@ -25,9 +25,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from mlserve.core.sockets import port_is_free
 from mlserve.function.lifeline import PARENT_PID_ENV, die_with_parent
 from mlserve.protocol.tensors import dumps, loads
-from mlserve.runner import port_is_free
 from mlserve.server.graph_server import ServingRequestError
 
 __all__ = ["DeployError", "LocalDeployment"]

@@ -21,9 +21,9 @@ from typing import Any
 
 import nuclio_sdk
 
+from mlserve.core.events import Event, Response, Trigger
 from mlserve.function.function import ServingFunction, import_function
 from mlserve.function.nuclio_config import HANDLER, SPEC_ENV, function_config
-from mlserve.server.events import Event, Response, Trigger
 from mlserve.server.graph_server import GraphServer
 
 __all__ = [

@@ -69,7 +69,7 @@ def function_config(fn: Any, mlserve_requirement: str = "") -> dict[str, Any]:
 
     Warns about model paths that only exist on this machine: nuclio's
     container will not find them (give a URL or a path mounted there)."""
-    from mlserve import __version__
+    from mlserve.core.version import __version__
 
     local = local_model_paths(fn.spec.graph)
     if local:

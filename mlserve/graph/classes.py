@@ -7,6 +7,8 @@ import importlib
 import inspect
 from typing import Any
 
+from mlserve.core.public import PUBLIC_NAMES
+
 __all__ = ["CLASS_SHORTCUTS", "class_reference", "construct", "resolve_class"]
 
 # mlrun's class shortcuts: a step named by one runs the dotted class.
@@ -22,23 +24,21 @@ def class_reference(cls: type) -> str:
 
 
 def resolve_class(name: str | type, namespace: dict[str, Any] | None = None) -> Any:
-    """A class or callable from a name: the namespace first, then a dotted import,
-    then mlserve's own classes (so exported graphs of built-ins load anywhere)."""
+    """A class or callable from a name: the namespace first, then mlserve's own public
+    names (so exported graphs of built-ins load anywhere), then a dotted import."""
     if not isinstance(name, str):
         return name
     name = CLASS_SHORTCUTS.get(name, name)
     if namespace and name in namespace:
         return namespace[name]
+    if name in PUBLIC_NAMES:  # mlserve's own: exported graphs of built-ins load anywhere
+        name = f"{PUBLIC_NAMES[name]}.{name}"
     if "." in name:
         module_name, _, attr = name.rpartition(".")
         try:
             return getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"cannot import '{name}': {exc}") from exc
-    import mlserve
-
-    if hasattr(mlserve, name):
-        return getattr(mlserve, name)
     raise ValueError(f"'{name}' is not in the namespace, and not an importable dotted name")
 
 

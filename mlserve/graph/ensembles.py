@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from mlserve.context import GraphContext
-from mlserve.graph.routers import _VERSIONED, BaseModelRouter, _run_sync
+from mlserve.core.context import GraphContext
+from mlserve.core.events import Event, Response
+from mlserve.graph.routers import VERSIONED_PATH, BaseModelRouter, run_sync
 from mlserve.protocol.errors import InvalidInput, ModelNotFound
 from mlserve.protocol.forms import build_outputs, decode_request, is_tensor_inputs
 from mlserve.protocol.tensors import decode_tensor
-from mlserve.server.events import Event, Response
 
 __all__ = ["EXECUTOR_TYPES", "VOTE_TYPES", "ParallelRun", "ParallelRunnerModes", "VotingEnsemble"]
 
@@ -174,7 +174,7 @@ class ParallelRun(BaseModelRouter):
                 results[key] = (await run(route, _event_copy(event))).body
             return results
         futures = {key: self._submit(key, route, event) for key, route in self.routes.items()}
-        if run is _run_sync:
+        if run is run_sync:
             return {key: future.result() for key, future in futures.items()}
         results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures.values()))
         return dict(zip(futures, results, strict=True))
@@ -306,7 +306,7 @@ class VotingEnsemble(ParallelRun):
                 return None, None
             model = event.body.get("model") if isinstance(event.body, dict) else None
             return (self._route_key(str(model)), "") if model and model != self.name else (None, "")
-        match = _VERSIONED.match(sub)
+        match = VERSIONED_PATH.match(sub)
         if match is None:
             raise ModelNotFound(f"illegal path {path}")
         model, version, op = match["model"], match["version"], match["op"] or ""

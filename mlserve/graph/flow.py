@@ -19,14 +19,14 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mlserve.context import GraphContext
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.context import GraphContext
+from mlserve.core.events import Event
 from mlserve.graph.classes import class_reference
 from mlserve.graph.plot import plot_graph
 from mlserve.graph.queues import QueueStep
 from mlserve.graph.routers import BaseModelRouter
 from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict, step_kinds
-from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Event
 
 __all__ = [
     "ENGINES",

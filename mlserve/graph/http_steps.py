@@ -25,10 +25,10 @@ from typing import Any
 
 import aiohttp
 
+from mlserve.core.events import Event
 from mlserve.graph.classes import class_reference
 from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.paths import get_path, set_path
-from mlserve.server.events import Event
 
 __all__ = [
     "DEFAULT_RETRIES",

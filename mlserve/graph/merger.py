@@ -21,8 +21,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from mlserve.core.events import Event
 from mlserve.graph.classes import class_reference
-from mlserve.server.events import Event
 
 __all__ = ["DEFAULT_MAX_BEHIND", "Merge"]
 

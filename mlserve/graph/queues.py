@@ -20,12 +20,12 @@ import threading
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from mlserve.context import GraphContext
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.context import GraphContext
+from mlserve.core.events import Event, Trigger
 from mlserve.graph.steps import BaseStep, step_kinds
 from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.tensors import dumps, loads
-from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Event, Trigger
 
 __all__ = ["KafkaTarget", "QueueConsumer", "QueueStep", "find_queue"]
 
@@ -106,7 +106,7 @@ class QueueStep(BaseStep):
         super().init_object(context, namespace, mode)
         self._target = self.target()
         if self._target is not None:
-            from mlserve.kafka.config import confluent, producer_config
+            from mlserve.core.kafka_config import confluent, producer_config
 
             self._producer = confluent().Producer(
                 producer_config(
@@ -184,7 +184,7 @@ class QueueConsumer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> QueueConsumer:
-        from mlserve.kafka.config import confluent, consumer_config
+        from mlserve.core.kafka_config import confluent, consumer_config
 
         consumer = confluent().Consumer(consumer_config(",".join(self.target.brokers), self.group))
         consumer.subscribe([self.target.topic])
@@ -209,7 +209,7 @@ class QueueConsumer:
             consumer.close()  # leaves the group: the other copies take the partitions
 
     def _commit(self, consumer: Any) -> None:
-        from mlserve.kafka.config import confluent
+        from mlserve.core.kafka_config import confluent
 
         try:
             consumer.commit(asynchronous=False)

@@ -17,6 +17,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.events import Event, Response
 from mlserve.graph.http_steps import BatchHttpRequests, RemoteStep, event_id_key, event_path_key
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import ModelNotReady
@@ -28,8 +30,6 @@ from mlserve.protocol.tensors import (
     loads,
     split_binary_body,
 )
-from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Event, Response
 
 __all__ = [
     "BatchHttpRequests",

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from mlserve.context import GraphContext
+from mlserve.core.aio import drive
+from mlserve.core.context import GraphContext
+from mlserve.core.events import Event, Response
 from mlserve.protocol.errors import InvalidInput, ModelNotFound
 from mlserve.protocol.forms import is_json_type
 from mlserve.protocol.paths import get_path, set_path
 from mlserve.protocol.tensors import loads
-from mlserve.server.aio import drive
-from mlserve.server.events import Event, Response
 
 __all__ = ["BaseModelRouter", "ModelRouter", "SERVER_NAME", "server_metadata"]
 
@@ -32,7 +32,7 @@ EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_con
 
 
 def server_metadata() -> dict[str, Any]:
-    from mlserve import __version__
+    from mlserve.core.version import __version__
 
     return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
 
@@ -165,7 +165,7 @@ class BaseModelRouter:
 
     def do_event(self, event: Event, *args: Any, **kwargs: Any) -> Event:
         """Handle an event synchronously: routes run through their sync API."""
-        return drive(self._handle(event, _run_sync))
+        return drive(self._handle(event, run_sync))
 
     async def do_event_async(self, event: Event) -> Event:
         return await self._handle(event, _run_async)
@@ -192,7 +192,7 @@ class BaseModelRouter:
         raise NotImplementedError
 
 
-async def _run_sync(route: Any, event: Event) -> Event:
+async def run_sync(route: Any, event: Event) -> Event:
     return route.run(event)  # type: ignore[no-any-return]
 
 
@@ -200,7 +200,7 @@ async def _run_async(route: Any, event: Event) -> Event:
     return await route.run_async(event)  # type: ignore[no-any-return]
 
 
-_VERSIONED = re.compile(r"^(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/(?P<op>.*))?$")
+VERSIONED_PATH = re.compile(r"^(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/(?P<op>.*))?$")
 
 
 @lru_cache(maxsize=4096)  # clients repeat their paths: parsed once each (short ones)
@@ -210,7 +210,7 @@ def _route_of(prefix: str, path: str) -> tuple[str, str] | None:
     sub = path[len(prefix) :].strip("/") if path.startswith(prefix) else ""
     if not sub:
         return "", ""
-    match = _VERSIONED.match(sub)
+    match = VERSIONED_PATH.match(sub)
     if match is None:
         return None
     model, version = match["model"], match["version"]

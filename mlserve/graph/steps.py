@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-from mlserve.context import GraphContext
+from mlserve.core.aio import drive
+from mlserve.core.context import GraphContext
+from mlserve.core.events import Event
 from mlserve.graph.classes import class_reference, construct, resolve_class
 from mlserve.graph.routers import ModelRouter
 from mlserve.graph.tasks import step_calls
 from mlserve.protocol.errors import InvalidInput
-from mlserve.server.aio import drive
-from mlserve.server.events import Event
 
 __all__ = [
     "MAX_ALLOWED_STEPS",

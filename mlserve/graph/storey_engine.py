@@ -21,9 +21,9 @@ import itertools
 import logging
 from typing import Any
 
+from mlserve.core.events import Event
 from mlserve.graph.flow import ErrorStep, RootFlowStep, mark_error, register_engine, snapshot
 from mlserve.graph.steps import BaseStep
-from mlserve.server.events import Event
 
 __all__ = ["StoreyEngine", "is_storey_step"]
 

@@ -13,11 +13,12 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.events import Event
+from mlserve.core.inline_rule import InlineRule
+from mlserve.core.limits import limits_of
 from mlserve.graph.classes import resolve_class
 from mlserve.protocol.paths import get_path, set_path
-from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Event
-from mlserve.server.limits import InlineRule, limits_of
 
 __all__ = ["StepCalls", "SyncStepCall", "resolve_handler", "step_calls"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import grpc
 
-from mlserve.http.gate import authorize
-from mlserve.http.settings import FaceSettings
+from mlserve.core.settings import FaceSettings
+from mlserve.server.auth import authorize
 
 __all__ = ["AuthInterceptor", "grpc_path"]
 

@@ -1,6 +1,6 @@
 """The gRPC servicer: each method builds an ``Event``, awaits
 ``GraphServer.run_async`` (the one code path) and translates the answer back.
-Error statuses map to gRPC codes through ``protocol.errors.GRPC_CODES``.
+Error statuses map to gRPC codes in ``grpc.status``.
 
 Triton's extension RPCs (configuration, statistics, repository) go to the same
 server-level routes as their REST twins (``server.extensions``); repository
@@ -16,12 +16,13 @@ from typing import Any
 
 import grpc
 
+from mlserve.core.events import Event, Response, Trigger
+from mlserve.core.settings import FaceSettings
 from mlserve.grpc import convert
 from mlserve.grpc.generated import grpc_predict_v2_pb2 as pb
 from mlserve.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
-from mlserve.http.settings import FaceSettings
-from mlserve.protocol.errors import GRPC_CODES, Forbidden, InvalidInput, MLServeError
-from mlserve.server.events import Event, Response, Trigger
+from mlserve.grpc.status import abort, body_message
+from mlserve.protocol.errors import Forbidden, InvalidInput, MLServeError
 
 __all__ = ["InferenceServicer", "start_grpc_server"]
 
@@ -59,7 +60,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         event = Event(body=body, path=path, method=method, trigger=_TRIGGER)
         response: Response = await self.server.run_async(event)
         if response.status_code >= 300 and response.status_code not in ok:
-            await _abort(context, response)
+            await abort(context, response)
         return response
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
@@ -77,7 +78,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             path = _model_path(request.name, request.version) + tail
         except InvalidInput as exc:
-            await _abort(context, self.server.error_response(exc))
+            await abort(context, self.server.error_response(exc))
         return await self._call(context, path, ok=ok)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
@@ -99,7 +100,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             body = await self._infer(request)
             return convert.infer_response_bytes(body, bool(request.raw_input_contents))
         except MLServeError as exc:
-            await _abort(context, self._failure(exc))
+            await abort(context, self._failure(exc))
 
     async def _infer(self, request: Any) -> dict[str, Any]:
         """One inference: the core's response body; a failure raises the MLServeError of
@@ -123,7 +124,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 response = convert.infer_from_core(body, raw=bool(request.raw_input_contents))
                 yield pb.ModelStreamInferResponse(infer_response=response)
             except MLServeError as exc:
-                message = _body_message(self._failure(exc).body)
+                message = body_message(self._failure(exc).body)
                 yield pb.ModelStreamInferResponse(error_message=message)
 
     def _failure(self, exc: MLServeError) -> Response:
@@ -163,7 +164,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 )
             check_model_name(name)
         except MLServeError as exc:
-            await _abort(context, self.server.error_response(exc))
+            await abort(context, self.server.error_response(exc))
         await self._call(context, f"/v2/repository/models/{name}/{action}", {})
 
 
@@ -178,18 +179,9 @@ class _ResponseError(MLServeError):
     """A non-2xx answer of the core, carried as an exception through a stream."""
 
     def __init__(self, response: Response) -> None:
-        super().__init__(_body_message(response.body))
+        super().__init__(body_message(response.body))
         self.status_code = response.status_code  # type: ignore[assignment]
         self.response = response
-
-
-def _body_message(body: Any) -> str:
-    return str(body.get("error", body)) if isinstance(body, dict) else str(body)
-
-
-async def _abort(context: Any, response: Response) -> None:
-    code = getattr(grpc.StatusCode, GRPC_CODES.get(response.status_code, "UNKNOWN"))
-    await context.abort(code, _body_message(response.body))
 
 
 def _add_tfserving(server: Any, grpc_server: Any) -> bool:

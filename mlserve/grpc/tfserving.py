@@ -3,7 +3,7 @@
 ``ModelService`` (GetModelStatus, HandleReloadConfigRequest).
 
 Every call resolves ``ModelSpec`` (version, ``version_label`` or the highest)
-through the same helpers as the REST face (mlserve.http.tfserving), then runs
+through the same helpers as the REST face (mlserve.server.tfserving), then runs
 a V2 request through ``GraphServer.run_async``, so any ``V2ModelServer`` is
 reachable: its V2 metadata is a ``serving_default`` predict signature.
 ``tensor_content`` passes to the model as raw bytes (numpy reads them in
@@ -41,17 +41,10 @@ from tensorflow_serving.apis import (
     status_pb2,
 )
 
-from mlserve.grpc.service import _abort
-from mlserve.http.tfserving import (
-    DT_NAMES,
-    infer_path,
-    model_status,
-    ready_model,
-    resolve_route,
-    signature_defs,
-)
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.events import Event, Response, Trigger
+from mlserve.grpc.status import abort, grpc_code
 from mlserve.protocol.errors import (
-    GRPC_CODES,
     Forbidden,
     MLServeError,
     ModelNotFound,
@@ -59,8 +52,14 @@ from mlserve.protocol.errors import (
 )
 from mlserve.protocol.tensors import DATATYPES, RAW, decode_tensor, encode_raw, encode_tensor
 from mlserve.repository.config import configs_from_proto, confine
-from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Event, Response, Trigger
+from mlserve.server.tfserving import (
+    DT_NAMES,
+    infer_path,
+    model_status,
+    ready_model,
+    resolve_route,
+    signature_defs,
+)
 
 __all__ = ["add_tfserving_services"]
 
@@ -271,9 +270,9 @@ async def _answer(context: Any, call: Any) -> Any:
     except TFServingError as exc:
         await context.abort(exc.code, str(exc))
     except _ResponseError as exc:
-        await _abort(context, exc.response)
+        await abort(context, exc.response)
     except (MLServeError, NotImplementedError) as exc:
-        code = getattr(grpc.StatusCode, GRPC_CODES.get(status_of(exc), "UNKNOWN"))
+        code = grpc_code(status_of(exc))
         await context.abort(code, str(exc))
 
 

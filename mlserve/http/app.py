@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from mlserve.core.events import Event, Response, Trigger
+from mlserve.core.settings import FaceSettings
 from mlserve.http import gate
-from mlserve.http.settings import FaceSettings
 from mlserve.protocol.errors import MLServeError, PayloadTooLarge
-from mlserve.server.events import Event, Response, Trigger
 from mlserve.server.graph_server import GraphServer, encode_response
 
 __all__ = ["create_app"]

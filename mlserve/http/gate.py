@@ -6,19 +6,18 @@ server and the ASGI app) call the same functions, so they answer alike.
 
 from __future__ import annotations
 
-import base64
-import hmac
 import re
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from itertools import chain
 from typing import Any
 
-from mlserve.http.settings import FaceSettings
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.events import Event, Response
+from mlserve.core.settings import FaceSettings
 from mlserve.protocol.errors import InvalidInput, PayloadTooLarge
 from mlserve.protocol.names import target_error
-from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Event, Response
+from mlserve.server.auth import authorize
 from mlserve.server.graph_server import (
     OFF_LOOP_BYTES,
     encode_response,
@@ -27,8 +26,6 @@ from mlserve.server.graph_server import (
 )
 
 __all__ = [
-    "LIVENESS_PATHS",
-    "READINESS_PATHS",
     "admit",
     "check_target",
     "compress",
@@ -37,13 +34,9 @@ __all__ = [
     "decode_body_async",
     "encoded",
     "encoded_async",
-    "matches_any",
     "too_large",
 ]
 
-LIVENESS_PATHS = frozenset({"/v2/health/live"})
-READINESS_PATHS = frozenset({"/v2/health/ready"})
-_CHALLENGE = 'Bearer realm="mlserve", Basic realm="mlserve"'
 # path pattern -> the methods it answers (405 with Allow for the others)
 _METHODS: list[tuple[re.Pattern[str], str]] = [  # route: its methods, as ``Allow`` lists them
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/(infer|generate)/?$"), "POST"),
@@ -65,49 +58,6 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 def too_large(limit: int) -> Response:
     return _error(413, f"request body exceeds the limit of {limit} bytes")
-
-
-def matches_any(secret: str, allowed: Iterable[str]) -> bool:
-    """``secret`` is one of ``allowed``, compared in constant time (every entry is tried)."""
-    found = False
-    for candidate in allowed:
-        found |= hmac.compare_digest(secret.encode(), candidate.encode())
-    return found
-
-
-def _credentials(settings: FaceSettings, authorization: str) -> tuple[bool, bool]:
-    """(authenticated, admin) for an Authorization header value."""
-    scheme, _, value = authorization.strip().partition(" ")
-    value = value.strip()
-    scheme = scheme.lower()
-    if scheme == "bearer" and value:
-        admin = matches_any(value, settings.admin_tokens)
-        return admin or matches_any(value, settings.auth_tokens), admin
-    if scheme == "basic" and value:
-        try:
-            pair = base64.b64decode(value, validate=True).decode("utf-8")
-        except ValueError:
-            return False, False
-        return matches_any(pair, settings.basic_users), False
-    return False, False
-
-
-def needs_admin(path: str) -> bool:
-    return path.startswith("/v2/repository/models/")
-
-
-def authorize(settings: FaceSettings, path: str, authorization: str) -> Response | None:
-    """None when the request may pass; else its 401 (or 403 for a non-admin load/unload)."""
-    if not settings.auth_enabled or path in LIVENESS_PATHS:
-        return None
-    if path in READINESS_PATHS and not settings.auth_readiness:
-        return None
-    authenticated, admin = _credentials(settings, authorization)
-    if not authenticated:
-        return _error(401, "authentication required", {"WWW-Authenticate": _CHALLENGE})
-    if needs_admin(path) and not admin:
-        return _error(403, "loading and unloading models needs an admin token")
-    return None
 
 
 def check_target(raw_path: bytes, path: str) -> Response | None:

@@ -24,10 +24,11 @@ from urllib.parse import unquote
 
 import httptools
 
+from mlserve.core.events import Event, Response, Trigger
+from mlserve.core.settings import FaceSettings
 from mlserve.http import gate
-from mlserve.http.settings import FaceSettings
 from mlserve.protocol.errors import MLServeError
-from mlserve.server.events import Event, Response, Trigger
+from mlserve.server.auth import authorize
 from mlserve.server.graph_server import GraphServer, encode_response
 
 __all__ = ["HTTPServer", "KEEP_ALIVE_SECONDS"]
@@ -282,7 +283,7 @@ class HTTPProtocol(asyncio.Protocol):
         if self.headers != head.raw:  # else the lines the last request sent: decoded already
             head = self.head = self._read_head(self.headers)
         if head.has_body and self.auth_enabled:  # no body is buffered for a stranger
-            refused = gate.authorize(self.settings, request_path(self.url), head.authorization)
+            refused = authorize(self.settings, request_path(self.url), head.authorization)
             if refused is not None:
                 self.refuse(refused)
         if head.expects_continue:

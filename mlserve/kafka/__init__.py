@@ -7,7 +7,7 @@ processes (or pods scaled by KEDA) share the topic's partitions.
 
 from __future__ import annotations
 
-from mlserve.kafka.config import parse_source
+from mlserve.core.kafka_config import parse_source
 from mlserve.kafka.trigger import KafkaTrigger, TriggerOptions, to_event
 
 __all__ = ["KafkaTrigger", "TriggerOptions", "parse_source", "to_event"]

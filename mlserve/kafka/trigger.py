@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlserve.core.events import Event, Response, Trigger
+from mlserve.core.kafka_config import confluent, consumer_config, producer_config
 from mlserve.kafka import metrics
-from mlserve.kafka.config import confluent, consumer_config, producer_config
-from mlserve.server.events import Event, Response, Trigger
 
 __all__ = ["KafkaTrigger", "TriggerOptions"]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.events import Event, Response
+from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.monitoring.endpoints import EndpointRegistry, ModelEndpoint
 from mlserve.protocol.errors import IllegalOperation, ModelNotFound
-from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Event, Response
-from mlserve.server.handlers import answers_only, suspends_for
 
 __all__ = ["endpoints_handler", "format_table", "list_endpoints"]
 

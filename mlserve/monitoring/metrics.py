@@ -1,7 +1,9 @@
-"""Prometheus metrics of S14, in mlserve's own registry (served at ``/metrics``).
+"""Prometheus metrics in mlserve's own registry, served at ``/metrics``
+(docs/monitoring.md#prometheus-metrics).
 
-Models count their calls in :mod:`mlserve.monitoring.recorder` (plain counters,
-one lock per call); ``ModelCalls`` turns them into the three per-model families
+Models count their calls in :mod:`mlserve.core.recorder` (plain counters,
+one lock per call); ``ModelCalls`` turns them into the per-model families (calls, errors,
+latency, load time)
 when the registry is collected.
 """
 
@@ -10,15 +12,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from mlserve.monitoring.recorder import LATENCY_BUCKETS, recorders
+from mlserve.core.recorder import LATENCY_BUCKETS, recorders
 
 __all__ = [
     "BATCH_SIZE",
-    "MODEL_LOAD_SECONDS",
     "ModelCalls",
     "QUEUE_DEPTH",
     "REGISTRY",
@@ -38,15 +44,18 @@ class ModelCalls(Collector):
     by model, version and operation, read from the models' recorders."""
 
     def describe(self) -> list[Metric]:
-        return list(self._families([]))
+        return list(self._families([], []))
 
     def collect(self) -> Iterator[Metric]:
-        rows = [(r.name, r.version, snap) for r in recorders() for snap in r.snapshot()]
-        return self._families(rows)
+        found = list(recorders())
+        rows = [(r.name, r.version, snap) for r in found for snap in r.snapshot()]
+        loads = [(r.name, r.version, r.load_seconds) for r in found if r.load_seconds is not None]
+        return self._families(rows, loads)
 
     @staticmethod
     def _families(
         rows: list[tuple[str, str, tuple[str, int, int, float, list[int], float]]],
+        loads: list[tuple[str, str, float]],
     ) -> Iterator[Metric]:
         requests = CounterMetricFamily(
             "mlserve_model_requests", "Model calls (successful or not).", labels=_MODEL
@@ -74,17 +83,18 @@ class ModelCalls(Collector):
                 dict(zip(_MODEL, labels, strict=True)),
                 created,
             )
-        yield from (requests, errors, latency)
+        load = GaugeMetricFamily(
+            "mlserve_model_load_seconds",
+            "How long the model's load() took.",
+            labels=("model", "version"),
+        )
+        for name, version, seconds in loads:
+            load.add_metric((name, version), seconds)
+        yield from (requests, errors, latency, load)
 
 
 REGISTRY.register(ModelCalls())
 
-MODEL_LOAD_SECONDS = Gauge(
-    "mlserve_model_load_seconds",
-    "How long the model's load() took.",
-    ("model", "version"),
-    registry=REGISTRY,
-)
 BATCH_SIZE = Histogram(
     "mlserve_batch_size",
     "Requests per adaptive batch.",

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from mlserve.core.clock import when, when_ns
 from mlserve.protocol.forms import is_tensor_inputs
 from mlserve.protocol.tensors import decode_tensor, dumps
 
@@ -37,8 +38,6 @@ __all__ = [
     "plain_tensors",
     "success_line",
     "success_record",
-    "when",
-    "when_ns",
 ]
 
 BATCH_HEADERS = ["request", "op", "resp", "when", "microsec", "metrics"]
@@ -86,44 +85,8 @@ def _nested(flat: list[Any], shape: list[int]) -> Any:
     return [_nested(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
-# The last UTC second formatted: ((year, month, day, hour, minute, second), its text).
-_second: tuple[tuple[int, ...] | None, str] = (None, "")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-
-
-def when(start: datetime | int) -> str:
-    """``start.isoformat(sep=" ", timespec="microseconds")`` (a ``time_ns()`` start: as
-    its UTC datetime); a UTC start's second reuses its text (a tuple swap: safe from any
-    thread)."""
-    global _second
-    if type(start) is int:
-        return when_ns(start)
-    if start.tzinfo is not UTC:
-        return start.isoformat(sep=" ", timespec="microseconds")
-    key = (start.year, start.month, start.day, start.hour, start.minute, start.second)
-    cached, second = _second
-    if key != cached:
-        second = start.isoformat(sep=" ", timespec="seconds")[:19]
-        _second = (key, second)
-    return f"{second}.{start.microsecond:06d}+00:00"
-
-
-# The last whole second of a ``time_ns`` reading formatted: (seconds since the epoch, text).
-_second_ns: tuple[int, str] = (-1, "")
-
-
-def when_ns(ns: int) -> str:
-    """``when`` of a ``time.time_ns()`` reading (UTC, to the microsecond below): the
-    response's ``timestamp`` and the record's ``when``, with no datetime built unless the
-    second changed."""
-    global _second_ns
-    seconds, micro = divmod(ns // 1000, 1_000_000)
-    cached, second = _second_ns
-    if cached != seconds:
-        second = datetime.fromtimestamp(seconds, UTC).isoformat(sep=" ")[:19]
-        _second_ns = (seconds, second)
-    return f"{second}.{micro:06d}+00:00"
 
 
 def at_ns(ns: int) -> datetime:

@@ -102,7 +102,7 @@ def setup(server: Any) -> ModelTracker | None:
     pusher = _pusher(server, url) if stream_on else None
     registry = _registry(server, url) if server.track_models else None
     tracker = ModelTracker(pusher, registry)
-    from mlserve.context import StreamContext
+    from mlserve.core.context import StreamContext
 
     server.context.stream = StreamContext(pusher, url, server.function_uri)
     for obj in [*server.iter_models(), *(step.object for step in _ensembles(server.graph))]:

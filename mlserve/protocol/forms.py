@@ -16,9 +16,9 @@ from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.fastjson import FAST_BYTES, loads_tensors
 from mlserve.protocol.tensors import (
     RAW,
-    _encode_checked,
     datatype_of,
     decode_tensor,
+    encode_checked,
     encode_tensor,
     loads,
     plain_output,
@@ -170,7 +170,7 @@ def _check_tensor_keys(inputs: list[dict[str, Any]]) -> None:
             raise InvalidInput(f"input tensor '{name}' is missing {', '.join(missing)}")
 
 
-def _shape_matches(expected: list[int], got: tuple[int, ...]) -> bool:
+def shape_matches(expected: list[int], got: tuple[int, ...]) -> bool:
     if len(expected) != len(got):
         return False
     return all(e in (-1, g) for e, g in zip(expected, got, strict=True))
@@ -212,7 +212,7 @@ def check_declared_rows(rows: list[Any], declared: list[dict[str, Any]]) -> None
         return
     shape = list(declared[0]["shape"])
     same_rank = array.dtype.kind in "biuf" and array.ndim == len(shape)
-    if same_rank and not _shape_matches(shape, array.shape):
+    if same_rank and not shape_matches(shape, array.shape):
         raise InvalidInput(
             f"input '{declared[0]['name']}' has shape {list(array.shape)}, expected {shape}"
         )
@@ -223,7 +223,7 @@ def _check_one(name: str, array: np.ndarray, spec: dict[str, Any]) -> None:
     if datatype and datatype_of(array) != datatype and not _compatible(datatype, array):
         raise InvalidInput(f"input '{name}' has datatype {datatype_of(array)}, expected {datatype}")
     shape = spec.get("shape")
-    if shape is not None and not _shape_matches(list(shape), array.shape):
+    if shape is not None and not shape_matches(list(shape), array.shape):
         raise InvalidInput(f"input '{name}' has shape {list(array.shape)}, expected {list(shape)}")
 
 
@@ -269,7 +269,7 @@ def build_outputs(
         else:
             binary = wants_binary(request, default_name)
         obj = plain_output(default_name, result, binary)  # encode_tensor's own first try
-        return [_encode_checked(default_name, result, None, binary) if obj is None else obj]
+        return [encode_checked(default_name, result, None, binary) if obj is None else obj]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):

@@ -611,10 +611,10 @@ def encode_tensor(
         obj = plain_output(name, value, binary)
         if obj is not None:
             return obj
-    return _encode_checked(name, value, datatype, binary)
+    return encode_checked(name, value, datatype, binary)
 
 
-def _encode_checked(name: str, value: Any, datatype: str | None, binary: bool) -> dict[str, Any]:
+def encode_checked(name: str, value: Any, datatype: str | None, binary: bool) -> dict[str, Any]:
     """encode_tensor for any value: every cast, every check, every error message."""
     array = _as_array(value, name)
     if datatype is None:

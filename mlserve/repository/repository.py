@@ -19,14 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlserve.context import GraphContext
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.context import GraphContext
 from mlserve.graph.steps import construct, resolve_class
 from mlserve.protocol.errors import ModelNotFound, ModelNotReady
 from mlserve.repository.cache import ModelCache
 from mlserve.repository.config import ModelConfig, default_configs, load_config
 from mlserve.repository.layout import fingerprint, scan_models, scan_versions
 from mlserve.repository.routes import LOADING, UNAVAILABLE, VersionRoute
-from mlserve.server.aio import run_in_threadpool
 
 __all__ = ["ModelRepository"]
 

@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mlserve.core.aio import run_in_threadpool
+from mlserve.core.events import Event
 from mlserve.protocol.errors import ModelNotReady
-from mlserve.server.aio import run_in_threadpool
-from mlserve.server.events import Event
 
 __all__ = ["LOADING", "READY", "UNAVAILABLE", "VersionRoute"]
 

@@ -16,8 +16,8 @@ import json
 import os
 from typing import Any
 
+from mlserve.core.events import Event, Response
 from mlserve.function.nuclio import SPEC_ENV, to_event
-from mlserve.server.events import Event, Response
 from mlserve.server.graph_server import GraphServer
 
 __all__ = ["mlrun_handler", "nuclio_init_hook", "serving_subkind"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlserve.server.events import Event, MockEvent, Response, Trigger
+from mlserve.core.events import Event, MockEvent, Response, Trigger
 
 __all__ = ["Event", "GraphServer", "MockEvent", "Response", "Trigger", "create_graph_server"]
 

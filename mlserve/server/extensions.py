@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mlserve.core.events import Event, Response
+from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.protocol.errors import Forbidden, InvalidInput, ModelNotFound
 from mlserve.protocol.tensors import loads
-from mlserve.server.events import Event, Response
-from mlserve.server.handlers import answers_only, suspends_for
 from mlserve.server.stats import find_models, model_stats
 
 __all__ = ["check_model_name", "handle", "install", "model_config"]
@@ -83,15 +83,15 @@ def _metrics(server: Any) -> Response:
 
 
 def _openapi(server: Any) -> Response:
-    from mlserve import __version__
-    from mlserve.http.openapi import document
+    from mlserve.core.version import __version__
+    from mlserve.server.openapi import document
 
     return Response(document(__version__))
 
 
 def _docs(server: Any) -> Response:
-    from mlserve import __version__
-    from mlserve.http.openapi import docs_page, document
+    from mlserve.core.version import __version__
+    from mlserve.server.openapi import docs_page, document
 
     return Response(docs_page(document(__version__)), content_type="text/html; charset=utf-8")
 

@@ -21,7 +21,12 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from mlserve.context import GraphContext
+from mlserve.core.aio import BackgroundLoop, drive, run_in_threadpool
+from mlserve.core.context import GraphContext
+from mlserve.core.deadlines import with_timeout
+from mlserve.core.events import Event, Response, Trigger
+from mlserve.core.handlers import handlers_met, handlers_run_inline
+from mlserve.core.limits import RequestTimeout, ServerLimits, request_timeout
 from mlserve.graph.steps import BaseStep, step_from_dict
 from mlserve.protocol.errors import InvalidInput, error_body, status_of
 from mlserve.protocol.forms import parse_json_body
@@ -34,12 +39,8 @@ from mlserve.protocol.tensors import (
     loads,
     split_binary_body,
 )
-from mlserve.server.aio import BackgroundLoop, drive, run_in_threadpool
-from mlserve.server.events import Event, Response, Trigger
 from mlserve.server.extensions import install as install_extensions
-from mlserve.server.handlers import handlers_met, handlers_run_inline
 from mlserve.server.inline import graph_runs_inline
-from mlserve.server.limits import RequestTimeout, ServerLimits, request_timeout, with_timeout
 
 __all__ = [
     "GraphServer",
@@ -252,7 +253,7 @@ class GraphServer:
             from mlserve.monitoring import setup
 
             setup(self)  # the model-log stream and endpoint records (S8, S9)
-        from mlserve.http.tfserving import tfserving_handler  # TF Serving's /v1 REST API
+        from mlserve.server.tfserving import tfserving_handler  # TF Serving's /v1 REST API
 
         self.add_handler(tfserving_handler)
 

@@ -19,7 +19,7 @@ with any async part keeps the loop path:
 * queues, remote steps, storey steps, merges and async handlers need a loop.
 
 Server-level handlers say which of their requests may suspend
-(mlserve.server.handlers).
+(mlserve.core.handlers).
 """
 
 from __future__ import annotations

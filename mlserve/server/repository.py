@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from mlserve.core.aio import run_in_threadpool
 from mlserve.protocol.errors import ModelNotFound
-from mlserve.server.aio import run_in_threadpool
 
 __all__ = ["GraphRepository", "ModelRepository", "find_routers"]
 

@@ -15,13 +15,8 @@ from typing import Any
 import pytest
 
 import mlserve
-from mlserve.server.limits import (
-    LEARN_CALLS,
-    RELEARNS,
-    STALL_FACTOR,
-    WARM_CALLS,
-    ServerLimits,
-)
+from mlserve.core.inline_rule import LEARN_CALLS, RELEARNS, STALL_FACTOR, WARM_CALLS
+from mlserve.core.limits import ServerLimits
 
 LEARNING = WARM_CALLS + LEARN_CALLS
 LOOP = "mlserve-loop"

@@ -17,8 +17,8 @@ import pytest
 import uvloop
 
 import mlserve
+from mlserve.core.sockets import bind_socket
 from mlserve.http.server import HTTPServer
-from mlserve.runner import bind_socket
 from tests.netserver import start_server
 from tests.services import free_port
 

@@ -8,10 +8,11 @@ import zlib
 
 import pytest
 
+from mlserve.core.events import Response
+from mlserve.core.settings import FaceSettings, split_secrets
 from mlserve.http import gate
-from mlserve.http.settings import FaceSettings, split_secrets
 from mlserve.protocol.errors import InvalidInput, PayloadTooLarge
-from mlserve.server.events import Response
+from mlserve.server.auth import matches_any
 
 
 def test_environment_fills_what_flags_leave_and_flags_win() -> None:
@@ -42,9 +43,9 @@ def test_split_secrets_keeps_order_and_drops_repeats() -> None:
 
 
 def test_matches_any_compares_every_candidate() -> None:
-    assert gate.matches_any("b", ["a", "b"])
-    assert not gate.matches_any("c", ["a", "b"])
-    assert not gate.matches_any("", [])
+    assert matches_any("b", ["a", "b"])
+    assert not matches_any("c", ["a", "b"])
+    assert not matches_any("", [])
 
 
 def test_decoding_is_bounded_after_decompression() -> None:

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mlserve
+from mlserve.core import clock
 from mlserve.monitoring import pusher as pusher_module
 from mlserve.monitoring import records as rec
 from mlserve.monitoring.pusher import StreamPusher
@@ -77,13 +78,13 @@ def test_a_line_is_the_dict_record_encoded_byte_for_byte() -> None:
 
 @given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-5))])))
 def test_when_is_isoformat(start: datetime) -> None:
-    assert rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
+    assert clock.when(start) == start.isoformat(sep=" ", timespec="microseconds")
 
 
 @given(st.lists(st.datetimes(min_value=datetime(2026, 1, 1)), min_size=2, max_size=20))
 def test_when_of_utc_starts_in_any_order_is_isoformat(starts: list[datetime]) -> None:
     for start in (s.replace(tzinfo=UTC) for s in starts):
-        assert rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
+        assert clock.when(start) == start.isoformat(sep=" ", timespec="microseconds")
 
 
 def test_when_of_starts_a_microsecond_apart_is_each_its_own_text() -> None:
@@ -91,7 +92,7 @@ def test_when_of_starts_a_microsecond_apart_is_each_its_own_text() -> None:
     for start in STARTS:
         again = start.replace(microsecond=(start.microsecond + 1) % 1_000_000)
         for value in (start, start, again, again, start):
-            assert rec.when(value) == value.isoformat(sep=" ", timespec="microseconds")
+            assert clock.when(value) == value.isoformat(sep=" ", timespec="microseconds")
 
 
 @given(st.integers(min_value=0, max_value=2**62))
@@ -99,7 +100,9 @@ def test_when_ns_is_when_of_the_same_reading(ns: int) -> None:
     """The response's timestamp (from time_ns) and the record's when (from its datetime)
     of one call's start are the same text."""
     start = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ns // 1000)
-    assert rec.when_ns(ns) == rec.when(start) == start.isoformat(sep=" ", timespec="microseconds")
+    assert (
+        clock.when_ns(ns) == clock.when(start) == start.isoformat(sep=" ", timespec="microseconds")
+    )
 
 
 @given(st.lists(st.integers(min_value=0, max_value=2**62), min_size=1, max_size=6))
@@ -110,7 +113,7 @@ def test_a_time_ns_start_is_written_as_its_datetime(readings: list[int]) -> None
     for ns in [*readings, *reversed(readings), *readings]:
         start = rec.at_ns(ns)
         assert start == datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ns // 1000)
-        assert rec.when(ns) == rec.when_ns(ns) == rec.when(start)
+        assert clock.when(ns) == clock.when_ns(ns) == clock.when(start)
         assert rec.ns_of(start) == ns // 1000 * 1000 and rec.ns_of(ns) == ns
 
 

@@ -63,7 +63,7 @@ def test_import_mlserve_loads_no_stream_client_or_database() -> None:
 
 
 def test_recorded_latencies_fall_in_their_buckets_across_folds() -> None:
-    from mlserve.monitoring.recorder import FOLD_AT, LATENCY_BUCKETS, ModelRecorder
+    from mlserve.core.recorder import FOLD_AT, LATENCY_BUCKETS, ModelRecorder
 
     recorder = ModelRecorder("m", "1")
     latencies_ns = [400_000, 500_000, 500_001, 7_000_000, 20_000_000_000]  # <=0.5 ms twice, ...

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from mlserve.core.events import Response
 from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.tensors import (
     BINARY_HEADER,
@@ -23,7 +24,6 @@ from mlserve.protocol.tensors import (
     loads,
     split_binary_body,
 )
-from mlserve.server.events import Response
 
 SETTINGS = settings(
     max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mlserve.server.aio import BackgroundLoop
+from mlserve.core.aio import BackgroundLoop
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 

@@ -9,8 +9,8 @@ import pytest
 
 import mlserve
 from mlserve import Event, GraphServer, Response, ServingRequestError, create_graph_server
+from mlserve.core.handlers import answers_only
 from mlserve.protocol.tensors import loads
-from mlserve.server.handlers import answers_only
 from tests.fixtures import GatedLoad, Multiplier, Raising, model_of, serve
 
 

@@ -12,8 +12,8 @@ import pytest
 
 import mlserve
 from mlserve import Event, GraphServer, V2ModelServer
-from mlserve.server.events import Response
-from mlserve.server.limits import ServerLimits
+from mlserve.core.events import Response
+from mlserve.core.limits import ServerLimits
 from tests.fixtures import AsyncMultiplier, Multiplier, Raising, serve
 
 

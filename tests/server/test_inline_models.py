@@ -13,14 +13,9 @@ from typing import Any
 
 import mlserve
 from mlserve import V2ModelServer
-from mlserve.server.events import Event
-from mlserve.server.limits import (
-    LEARN_CALLS,
-    RELEARNS,
-    STALL_FACTOR,
-    WARM_CALLS,
-    ServerLimits,
-)
+from mlserve.core.events import Event
+from mlserve.core.inline_rule import LEARN_CALLS, RELEARNS, STALL_FACTOR, WARM_CALLS
+from mlserve.core.limits import ServerLimits
 
 LEARNING = WARM_CALLS + LEARN_CALLS
 

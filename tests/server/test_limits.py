@@ -12,15 +12,15 @@ import pytest
 
 import mlserve
 from mlserve import V2ModelServer
-from mlserve.server.limits import (
+from mlserve.core.deadlines import with_timeout
+from mlserve.core.gate import ModelGate
+from mlserve.core.limits import (
     DEFAULTS,
-    ModelGate,
     Overloaded,
     RequestTimeout,
     ServerLimits,
     add_limit_flags,
     server_limits,
-    with_timeout,
 )
 
 
@@ -153,7 +153,7 @@ def test_deadlines_fire_once_nest_and_leave_the_task_usable() -> None:
 
 
 def test_a_call_answered_at_its_first_step_arms_no_deadline() -> None:
-    from mlserve.server.limits import _deadlines_of
+    from mlserve.core.deadlines import _deadlines_of
 
     async def answer() -> str:
         return "now"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mlserve.server.events import Event
+from mlserve.core.events import Event
 
 __all__ = ["answers_only", "handlers_met", "handlers_run_inline", "suspends_for"]
 

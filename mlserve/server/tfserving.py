@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from mlserve.core.events import Event, Response
+from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.graph.routers import BaseModelRouter, sorted_versions
 from mlserve.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady, NotSupported
 from mlserve.protocol.tensors import DATATYPES, decode_tensor, encode_tensor, loads
-from mlserve.server.events import Event, Response
-from mlserve.server.handlers import answers_only, suspends_for
 
 __all__ = [
     "infer_path",
@@ -372,7 +372,7 @@ def _bytes_json(value: Any, always_b64: bool) -> Any:
     return {"b64": base64.b64encode(value).decode("ascii")}
 
 
-# ---- Simple TensorFlow Serving's conveniences (mlserve.http.simple_tfs) -------------
+# ---- Simple TensorFlow Serving's conveniences (mlserve.server.simple_tfs) -------------
 
 
 def _declared_inputs(model: Any, signature: str | None) -> list[dict[str, Any]]:
@@ -383,7 +383,7 @@ def _declared_inputs(model: Any, signature: str | None) -> list[dict[str, Any]]:
 
 def _generated(event: Event, router: BaseModelRouter, key: str, path: str, tail: str) -> Response:
     """``gen_json`` (an example request) or ``gen_client`` (a client sending it)."""
-    from mlserve.http.simple_tfs import example_request, generate_client, query_value
+    from mlserve.server.simple_tfs import example_request, generate_client, query_value
 
     model = _ready_model(router, key)
     signature = query_value(event.query, "signature_name")
@@ -406,7 +406,7 @@ async def _predict_with_extras(
     started = perf_counter()
     content_type = (event.content_type or "").lower()
     if content_type.startswith("multipart/form-data"):
-        from mlserve.http.simple_tfs import parse_upload
+        from mlserve.server.simple_tfs import parse_upload
 
         if not isinstance(event.body, bytes | bytearray):
             raise InvalidInput("the multipart body must be sent as bytes")
@@ -417,7 +417,7 @@ async def _predict_with_extras(
         )
     if not event.query or "verbose" not in event.query:
         return _as_response(await _predict(server, router, event, key))
-    from mlserve.http.simple_tfs import is_verbose
+    from mlserve.server.simple_tfs import is_verbose
 
     if not is_verbose(event.query):
         return _as_response(await _predict(server, router, event, key))

@@ -100,7 +100,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
-# Each model's sync predict has a pool of its own (mlserve.server.limits); this one runs
+# Each model's sync predict has a pool of its own (mlserve.core.limits); this one runs
 # the rest of the blocking work (loading, sync steps, big bodies' parsing), never on the
 # event loop: up to 32 calls at once, more queue. MLSERVE_WORKER_THREADS changes it.
 WorkerPool = _WorkerPool

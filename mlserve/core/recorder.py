@@ -5,8 +5,9 @@ request. A call only appends to a list, without a lock; the counters take the
 pending calls in when they are read (or every ``FOLD_AT`` calls), and the families
 ``mlserve_model_requests``, ``mlserve_model_errors`` and
 ``mlserve_model_latency_seconds`` are read from them when ``/metrics`` is scraped
-(``mlserve.monitoring.metrics``). ``prometheus_client``'s own children took three
-locks and a dozen calls per request, more than a trivial model's ``predict``.
+(``mlserve.monitoring.metrics``, which reads them; nothing here imports it).
+``prometheus_client``'s own children took three locks and a dozen calls per request,
+more than a trivial model's ``predict``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterator
 
-from mlserve.stats import take_pending
+from mlserve.core.stats import take_pending
 
 __all__ = ["LATENCY_BUCKETS", "ModelRecorder", "OpCounts", "model_recorder", "recorders"]
 
@@ -46,6 +47,7 @@ class ModelRecorder:
         self.name = name
         self.version = version
         self.ops: dict[str, OpCounts] = {}
+        self.load_seconds: float | None = None  # None until loaded
         self._pending: list[str | int] = []  # (op, elapsed_ns) of each successful call, flat
         self._lock = threading.Lock()
 
@@ -109,9 +111,8 @@ class ModelRecorder:
             ]
 
     def loaded(self, seconds: float) -> None:
-        from mlserve.monitoring import metrics
-
-        metrics.MODEL_LOAD_SECONDS.labels(self.name, self.version).set(seconds)
+        """The version's ``load()`` took ``seconds`` (``mlserve_model_load_seconds``)."""
+        self.load_seconds = seconds
 
 
 _recorders: dict[tuple[str, str], ModelRecorder] = {}

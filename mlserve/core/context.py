@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mlserve.server.events import Response
+from mlserve.core.events import Response
 
 __all__ = ["GraphContext", "StreamContext"]
 

@@ -1,0 +1,64 @@
+"""Who may call: bearer tokens, basic users and admin tokens, checked alike by every
+face (the HTTP faces per request, gRPC in an interceptor; docs/security.md#authentication).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+from collections.abc import Iterable
+
+from mlserve.core.events import Response
+from mlserve.core.settings import FaceSettings
+
+__all__ = ["LIVENESS_PATHS", "READINESS_PATHS", "authorize", "matches_any", "needs_admin"]
+
+LIVENESS_PATHS = frozenset({"/v2/health/live"})
+READINESS_PATHS = frozenset({"/v2/health/ready"})
+_CHALLENGE = 'Bearer realm="mlserve", Basic realm="mlserve"'
+
+
+def matches_any(secret: str, allowed: Iterable[str]) -> bool:
+    """``secret`` is one of ``allowed``, compared in constant time (every entry is tried)."""
+    found = False
+    for candidate in allowed:
+        found |= hmac.compare_digest(secret.encode(), candidate.encode())
+    return found
+
+
+def _credentials(settings: FaceSettings, authorization: str) -> tuple[bool, bool]:
+    """(authenticated, admin) for an Authorization header value."""
+    scheme, _, value = authorization.strip().partition(" ")
+    value = value.strip()
+    scheme = scheme.lower()
+    if scheme == "bearer" and value:
+        admin = matches_any(value, settings.admin_tokens)
+        return admin or matches_any(value, settings.auth_tokens), admin
+    if scheme == "basic" and value:
+        try:
+            pair = base64.b64decode(value, validate=True).decode("utf-8")
+        except ValueError:
+            return False, False
+        return matches_any(pair, settings.basic_users), False
+    return False, False
+
+
+def needs_admin(path: str) -> bool:
+    """Loading and unloading models takes an admin token."""
+    return path.startswith("/v2/repository/models/")
+
+
+def authorize(settings: FaceSettings, path: str, authorization: str) -> Response | None:
+    """None when the request may pass; else its 401 (or 403 for a non-admin load/unload)."""
+    if not settings.auth_enabled or path in LIVENESS_PATHS:
+        return None
+    if path in READINESS_PATHS and not settings.auth_readiness:
+        return None
+    authenticated, admin = _credentials(settings, authorization)
+    if not authenticated:
+        return Response(
+            {"error": "authentication required"}, 401, headers={"WWW-Authenticate": _CHALLENGE}
+        )
+    if needs_admin(path) and not admin:
+        return Response({"error": "loading and unloading models needs an admin token"}, 403)
+    return None
