@@ -8,7 +8,7 @@ CORE   := $(VENV)/.installed-core
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: install install-core system-deps serve serve-tf test lint bench clean generate
+.PHONY: install install-core system-deps serve serve-tf test lint bench clean generate docs-images
 
 $(BIN)/python:
 	@echo "mlserve: creating $(VENV) with $(PYTHON)"
@@ -64,8 +64,14 @@ conformance: install
 	PYTHONPATH=$(CURDIR) TF_CPP_MIN_LOG_LEVEL=2 bash $(CONFORMANCE)
 
 lint: install
-	$(BIN)/ruff check mlserve tests benchmarks examples
-	$(BIN)/ruff format --check mlserve tests benchmarks examples
+	$(BIN)/ruff check mlserve tests benchmarks examples tools
+	$(BIN)/ruff format --check mlserve tests benchmarks examples tools
+	$(BIN)/mypy mlserve
+
+# docs/images/layers.dot and .svg, drawn from the package's imports (docs/architecture.md;
+# tests/test_layers.py checks the committed DOT matches the code).
+docs-images: install
+	$(BIN)/python -m tools.layers
 
 bench: install system-deps
 	$(BIN)/python -m benchmarks
@@ -73,7 +79,8 @@ bench: install system-deps
 clean:
 	rm -rf $(VENV) $(PROTOC_VENV) mlserve-data .pytest_cache
 
-# The gRPC stubs of mlserve/grpc/proto (checked in; tests/grpc/test_generated.py checks they match).
+# The gRPC stubs of mlserve/grpc/proto and the TF Serving config module of
+# mlserve/protocol/proto (checked in; tests/grpc/test_generated.py checks they match).
 # An old protoc on purpose, in a venv of its own: newer ones write stubs that refuse
 # protobuf runtimes older than themselves, and the package supports protobuf>=4.25.
 PROTOC_REQUIREMENTS := grpcio-tools==1.62.3 protobuf==4.25.0
@@ -86,3 +93,5 @@ $(PROTOC_VENV)/bin/python:
 generate: $(PROTOC_VENV)/bin/python
 	$(PROTOC_VENV)/bin/python -m grpc_tools.protoc -Imlserve/grpc/generated=mlserve/grpc/proto \
 		--python_out=. --grpc_python_out=. --pyi_out=. mlserve/grpc/generated/grpc_predict_v2.proto
+	$(PROTOC_VENV)/bin/python -m grpc_tools.protoc -Imlserve/protocol/generated=mlserve/protocol/proto \
+		--python_out=. --pyi_out=. mlserve/protocol/generated/model_server_config.proto

@@ -13,13 +13,12 @@ still run; the exit status says whether all passed.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import re
 import sys
 import traceback
 
-from benchmarks.common import DOC, progress, write_section
+from benchmarks.common import DOC, arguments, heading, progress, table_lines, write_section
 
 # In the order they run: the cheap in-process ones first, the long loads after.
 STEPS = [
@@ -48,12 +47,9 @@ QUICK = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--only", nargs="+", choices=STEPS, help="these steps, in the usual order")
     parser.add_argument("--quick", action="store_true", help="one short round each, no document")
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     steps = [step for step in STEPS if not args.only or step in args.only]
     failed = []
@@ -82,20 +78,18 @@ _GOAL = re.compile(r"^- (.+): (.+), (met|not met)(?: \(.*\))?$", re.M)
 
 def goals_summary(doc: str) -> str:
     """Every goal line of the generated sections ("- <goal>: <measured>, met"), in one table."""
-    lines = [
-        "## The goals, as last measured",
-        "",
-        "Collected from the sections below by `python -m benchmarks`.",
-        "",
-        "| section | goal | measured | |",
-        "|---|---|---|---|",
+    rows = [
+        [title, *goal]
+        for key, title, body in _SECTION.findall(doc)
+        if key != "goals"
+        for goal in _GOAL.findall(body)
     ]
-    for key, title, body in _SECTION.findall(doc):
-        if key == "goals":
-            continue
-        for goal, measured, verdict in _GOAL.findall(body):
-            lines.append(f"| {title} | {goal} | {measured} | {verdict} |")
-    return "\n".join(lines)
+    lines = heading(
+        "The goals, as last measured",
+        "python -m benchmarks",
+        ". Collected from the sections below, each measured on the machine it names.",
+    )
+    return "\n".join([*lines, *table_lines(["section", "goal", "measured", ""], rows, labels=4)])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """What every benchmark shares: peers' environments, servers started and stopped by
-PID, wrk, CPU time, progress lines and the generated sections of docs/performance.md.
+PID, wrk, CPU time, progress lines, the command line, and the generated sections of
+docs/performance.md (each headed by the machine: CPU model and load average).
 
 Each benchmark module (``python -m benchmarks.<name>``) owns one section of the
 document, between ``<!-- <key>-begin -->`` and ``<!-- <key>-end -->``;
@@ -8,6 +9,7 @@ document, between ``<!-- <key>-begin -->`` and ``<!-- <key>-end -->``;
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -22,7 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -256,6 +258,33 @@ def median_of(rows: Sequence[dict[str, Any]], *keys: str) -> dict[str, float]:
     return {key: statistics.median(row[key] for row in rows) for key in keys}
 
 
+# ---- command line -----------------------------------------------------------------
+
+# The options of a timed run, with the words every benchmark gives them.
+RUN_OPTIONS = {
+    "duration": (float, "seconds per point"),
+    "warmup": (float, "seconds of load first"),
+    "repeat": (int, "alternating rounds (medians)"),
+}
+
+
+def arguments(
+    doc: str | None, helps: dict[str, str] | None = None, **defaults: float
+) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring, the run options it gives a default
+    (``duration``, ``warmup``, ``repeat``; ``helps`` rewords them) and ``--no-doc``."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    for name, default in defaults.items():
+        kind, words = RUN_OPTIONS[name]
+        parser.add_argument(
+            f"--{name}", type=kind, default=default, help=(helps or {}).get(name, words)
+        )
+    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    return parser
+
+
 # ---- report -----------------------------------------------------------------------
 
 
@@ -275,6 +304,30 @@ def machine() -> str:
         f"mlserve {version(None, 'mlserve')} (commit {commit}), "
         f"1-minute load average {load_average():.2f} at the start"
     )
+
+
+def heading(title: str, command: str, details: str) -> list[str]:
+    """A section's first lines: its title, the command that measured it and the machine
+    (CPU model and load average: no table's numbers mean much without them), then
+    ``details`` (from their leading "." or ";")."""
+    return [f"## {title}", "", f"Command: `{command}`. {machine()}{details}", ""]
+
+
+def table_lines(header: Sequence[str], rows: Iterable[Sequence[Any]], labels: int = 1) -> list[str]:
+    """A Markdown table: ``labels`` columns of names first (aligned left), then numbers
+    (aligned right); each row's cells already formatted."""
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * labels + "---:|" * (len(header) - labels),
+        *("| " + " | ".join(map(str, row)) + " |" for row in rows),
+    ]
+
+
+def publish(key: str, text: str, args: argparse.Namespace) -> None:
+    """Print a benchmark's section and, unless ``--no-doc``, write it into the document."""
+    print(text)
+    if not args.no_doc:
+        write_section(key, text)
 
 
 def write_section(key: str, text: str) -> None:
@@ -302,3 +355,38 @@ def save_raw(name: str, data: Any) -> Path:
 def exit_on_sigterm() -> None:
     """SIGTERM leaves through the ``finally`` blocks that stop the servers, as Ctrl-C does."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def baseline_tree(ref: str, workdir: Path) -> Path:
+    """mlserve's package as of git ``ref``, exported under ``workdir``: put it first on
+    PYTHONPATH (and run ``python -P``) to serve the baseline of an A/B."""
+    tree = workdir / "baseline"
+    tree.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", ref, "mlserve"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def from_tree(tree: Path, command: list[str]) -> list[str]:
+    """``command`` (``python -m mlserve ...``) run with the package of ``tree``: -P keeps
+    the work folder (this tree) from going before PYTHONPATH."""
+    return ["env", f"PYTHONPATH={tree}", command[0], "-P", *command[1:]]
+
+
+def ab_lines(stats: dict[tuple[str, str, int], dict[str, float]], ref: str | None) -> list[str]:
+    """With a baseline: mlserve now against mlserve at ``ref``, point by point (server CPU
+    per request and requests/s), both measured in the same alternating rounds."""
+    if not ref:
+        return []
+    base = f"mlserve@{ref}"
+    rows = []
+    for (name, form, conns), now in stats.items():
+        before = stats.get((base, form, conns))
+        if name == "mlserve" and before:
+            change = now["cpu_us"] / before["cpu_us"] - 1
+            cpu = f"{before['cpu_us']:.0f} -> {now['cpu_us']:.0f} ({change:+.0%})"
+            rows.append([form, conns, cpu, f"{now['rps'] / before['rps']:.2f}x"])
+    header = ["request", "connections", f"CPU us/request {base} -> mlserve"]
+    return ["", *table_lines([*header, f"req/s mlserve/{base}"], rows)]

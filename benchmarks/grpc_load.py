@@ -35,20 +35,25 @@ from benchmarks.common import (
     ENVS,
     HERE,
     ROOT,
+    ab_lines,
+    arguments,
+    baseline_tree,
     cpu_seconds,
     ensure_env,
     exit_on_sigterm,
     free_port,
+    from_tree,
     grouped,
-    machine,
+    heading,
     median_of,
     progress,
+    publish,
     running,
     save_raw,
+    table_lines,
     version,
-    write_section,
 )
-from benchmarks.http_load import mlserver_start
+from benchmarks.http_load import LOAD_HEADER, load_rows, mlserver_start
 
 MODEL = "echo"
 VALUES = [1.0, 2.0, 3.0, 4.0]
@@ -104,21 +109,12 @@ def _kserve(port: int, workdir: Path) -> list[str]:
 
 
 def baseline(ref: str, workdir: Path) -> Server:
-    """mlserve as of git ``ref`` (its package exported under ``workdir``), measured in
-    the same alternating rounds as the tree's own: the A/B of a change."""
-    tree = workdir / "baseline"
-    tree.mkdir()
-    archive = subprocess.run(
-        ["git", "archive", ref, "mlserve"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-
-    def command(port: int, server_dir: Path) -> list[str]:
-        # -P: the work folder (this tree) is not put before PYTHONPATH (the baseline).
-        ours = _mlserve(port, server_dir)
-        return ["env", f"PYTHONPATH={tree}", ours[0], "-P", *ours[1:]]
-
-    return Server(f"mlserve@{ref}", ("typed", "raw"), command)
+    """mlserve as of git ``ref``, measured in the same alternating rounds as the tree's
+    own: the A/B of a change."""
+    tree = baseline_tree(ref, workdir)
+    return Server(
+        f"mlserve@{ref}", ("typed", "raw"), lambda port, d: from_tree(tree, _mlserve(port, d))
+    )
 
 
 def servicer_ab(ref: str, tree: Path, rounds: int) -> list[str]:
@@ -134,19 +130,18 @@ def servicer_ab(ref: str, tree: Path, rounds: int) -> list[str]:
             )
             runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
             progress(f"grpc in-process {name:16} round {round_ + 1}: {runs[name][-1]}")
-    lines = [
+    cells = []
+    for form in ("typed", "raw"):
+        before, after = (median_of(runs[name], form)[form] for name in (ref, "mlserve"))
+        cells.append([form, f"{before:.0f}", f"{after:.0f}", f"{after / before - 1:+.0%}"])
+    return [
         "",
         f"In-process, the servicer alone (`benchmarks/servers/grpc_servicer_cpu.py`: 8 clients "
         f"on one loop, no sockets), process CPU us per ModelInfer, median of {rounds} "
         "alternating runs:",
         "",
-        f"| request | mlserve@{ref} | mlserve | change |",
-        "|---|---:|---:|---:|",
+        *table_lines(["request", f"mlserve@{ref}", "mlserve", "change"], cells),
     ]
-    for form in ("typed", "raw"):
-        before, after = (median_of(runs[name], form)[form] for name in (ref, "mlserve"))
-        lines.append(f"| {form} | {before:.0f} | {after:.0f} | {after / before - 1:+.0%} |")
-    return lines
 
 
 SERVERS = [
@@ -335,31 +330,20 @@ def command_line(args: argparse.Namespace) -> str:
 def table(stats: Stats, args: argparse.Namespace, inproc: list[str]) -> str:
     peers = f"MLServer {version('mlserver')}, KServe {version('kserve')}"
     grpcio = version(None, "grpcio")
-    lines = [
-        "## gRPC: mlserve, MLServer, KServe and a bare grpc.aio floor",
-        "",
-        f"Command: `{command_line(args)}`. {machine()}; {peers}; grpcio {grpcio} "
-        "(mlserve and the floor); "
-        f"h2load, one stream per connection, {args.duration:g} s per point after a "
-        f"{args.warmup:g} s warm-up, median of {args.repeat} alternating round(s). V2 "
-        "ModelInfer of a [1, 4] FP32 tensor: `typed` in `fp32_contents`, `raw` in "
-        "`raw_input_contents` (tritonclient's form; the answer comes back raw too).",
-        "",
-        "| server | request | connections | requests/s | p50 ms | p99 ms "
-        "| server CPU us/request | failed (all rounds) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for (name, form, conns), s in stats.items():
-        lines.append(
-            f"| {name} | {form} | {conns} | {s['rps']:,.0f} | {s['p50_us'] / 1000:.2f} | "
-            f"{s['p99_us'] / 1000:.2f} | {s['cpu_us']:.0f} | {s['bad']:.0f} |"
-        )
-    lines += [
-        "",
-        "| connections | mlserve/MLServer req/s | mlserve/KServe req/s | mlserve/floor req/s "
-        "| CPU us/request mlserve vs floor |",
-        "|---:|---:|---:|---:|---:|",
-    ]
+    lines = heading(
+        "gRPC: mlserve, MLServer, KServe and a bare grpc.aio floor",
+        command_line(args),
+        f"; {peers}; grpcio {grpcio} (mlserve and the floor); h2load, one stream per "
+        f"connection, {args.duration:g} s per point after a {args.warmup:g} s warm-up, median "
+        f"of {args.repeat} alternating round(s). V2 ModelInfer of a [1, 4] FP32 tensor: `typed` "
+        "in `fp32_contents`, `raw` in `raw_input_contents` (tritonclient's form; the answer "
+        "comes back raw too).",
+    )
+    header = ["server", "request", *LOAD_HEADER[2:], "server CPU us/request"]
+    failed = [f"{s['bad']:.0f}" for s in stats.values()]
+    rows = [[*row, bad] for row, bad in zip(load_rows(stats), failed, strict=True)]
+    lines += table_lines([*header, "failed (all rounds)"], rows, labels=2)
+    ratios = []
     for conns in args.connections:
         ours = stats.get(("mlserve", "typed", conns))
         others = {n: stats.get((n, "typed", conns)) for n in ("MLServer", "KServe", "floor")}
@@ -371,29 +355,11 @@ def table(stats: Stats, args: argparse.Namespace, inproc: list[str]) -> str:
         ]
         floor = others["floor"]
         cpu = f"{ours['cpu_us']:.0f} vs {floor['cpu_us']:.0f}" if ours and floor else "-"
-        lines.append(f"| {conns} | {' | '.join(cells)} | {cpu} |")
-    return "\n".join([*lines, *_ab(stats, args), *inproc, "", goals(stats)])
-
-
-def _ab(stats: Stats, args: argparse.Namespace) -> list[str]:
-    """With ``--baseline``: mlserve now against the baseline commit, point by point."""
-    if not args.baseline:
-        return []
-    base = f"mlserve@{args.baseline}"
-    lines = [
-        "",
-        f"| request | connections | CPU us/request {base} -> mlserve | req/s mlserve/{base} |",
-        "|---|---:|---:|---:|",
-    ]
-    for (name, form, conns), now in stats.items():
-        before = stats.get((base, form, conns))
-        if name == "mlserve" and before:
-            change = now["cpu_us"] / before["cpu_us"] - 1
-            lines.append(
-                f"| {form} | {conns} | {before['cpu_us']:.0f} -> {now['cpu_us']:.0f} "
-                f"({change:+.0%}) | {now['rps'] / before['rps']:.2f}x |"
-            )
-    return lines
+        ratios.append([conns, *cells, cpu])
+    header = ["connections", "mlserve/MLServer req/s", "mlserve/KServe req/s"]
+    header += ["mlserve/floor req/s", "CPU us/request mlserve vs floor"]
+    lines += ["", *table_lines(header, ratios, labels=0)]
+    return "\n".join([*lines, *ab_lines(stats, args.baseline), *inproc, "", goals(stats)])
 
 
 def goals(stats: Stats) -> str:
@@ -414,15 +380,9 @@ def goals(stats: Stats) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per point")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load first")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
+    parser = arguments(__doc__, duration=5.0, warmup=2.0, repeat=3)
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--servers", nargs="+", default=[s.name for s in SERVERS])
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     parser.add_argument(
         "--baseline", metavar="GIT_REF", help="also measure mlserve as of this commit (A/B)"
     )
@@ -445,10 +405,7 @@ def main(argv: list[str] | None = None) -> None:
                 inproc = servicer_ab(args.baseline, Path(tmp) / "baseline", args.repeat)
         rows = run(servers, args, Path(tmp))
     save_raw("grpc", {"args": vars(args), "runs": rows, "inproc": inproc})
-    text = table(medians(rows), args, inproc)
-    print(text)
-    if not args.no_doc:
-        write_section("grpc", text)
+    publish("grpc", table(medians(rows), args, inproc), args)
 
 
 if __name__ == "__main__":

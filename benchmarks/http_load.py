@@ -2,13 +2,15 @@
 
     python -m benchmarks.http_load [--duration 5] [--repeat 3] [--connections 1 8 64]
     python -m benchmarks.http_load --servers mlserve floor --no-doc
+    python -m benchmarks.http_load --servers mlserve floor --baseline main --no-doc
 
 Each server serves the same echo model (a [1, 4] FP32 tensor in, the same out)
 with one process, and runs alone while ``wrk`` drives it: the machine has few
 cores and the load generator shares them. Rounds alternate the servers, and the
 table gives the median of the rounds. The request forms: V2 JSON ``tensor``,
 tritonclient's ``binary`` form (raw bytes after a JSON header) and mlrun's
-``rows``. The peers live in benchmarks/.envs/, created on first use.
+``rows``. The peers live in benchmarks/.envs/, created on first use. ``--baseline REF``
+also serves mlserve as of a git commit in the same rounds (the A/B of a change).
 """
 
 from __future__ import annotations
@@ -17,27 +19,34 @@ import argparse
 import json
 import struct
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
     ENVS,
     HERE,
+    ab_lines,
+    arguments,
+    baseline_tree,
     cpu_seconds,
     ensure_env,
     exit_on_sigterm,
     free_port,
+    from_tree,
     grouped,
-    machine,
+    heading,
     median_of,
     progress,
+    publish,
     running,
     save_raw,
+    table_lines,
     version,
-    write_section,
     wrk,
 )
 
@@ -124,6 +133,10 @@ def mlserver_start(workdir: Path, http_port: int, grpc_port: int) -> list[str]:
     return [str(ENVS / "mlserver" / "bin" / "mlserver"), "start", str(workdir)]
 
 
+def _baseline(tree: Path, port: int, workdir: Path) -> list[str]:
+    return from_tree(tree, _mlserve(port, workdir))
+
+
 def _mlserver(port: int, workdir: Path) -> list[str]:
     return mlserver_start(workdir, http_port=port, grpc_port=free_port())
 
@@ -191,39 +204,43 @@ def medians(rows: list[dict[str, Any]]) -> Stats:
     }
 
 
+LOAD_HEADER = ["server", "body", "connections", "requests/s", "p50 ms", "p99 ms"]
+
+
+def load_rows(stats: Stats) -> list[list[str]]:
+    """The cells of ``LOAD_HEADER`` (grpc_load's table too) and server CPU per request."""
+    return [
+        [name, form, str(conns), f"{s['rps']:,.0f}", f"{s['p50_us'] / 1000:.2f}"]
+        + [f"{s['p99_us'] / 1000:.2f}", f"{s['cpu_us']:.0f}"]
+        for (name, form, conns), s in stats.items()
+    ]
+
+
 def table(stats: Stats, args: argparse.Namespace) -> str:
     peers = f"MLServer {version('mlserver')}, KServe {version('kserve')}"
-    lines = [
-        "## HTTP: mlserve, MLServer, KServe and the floor",
-        "",
-        f"Command: `python -m benchmarks.http_load --duration {args.duration:g} --repeat "
-        f"{args.repeat}`. {machine()}; {peers}; {args.duration:g} s per point after a "
-        f"{args.warmup:g} s warm-up, median of {args.repeat} alternating round(s).",
-        "",
-        "| server | body | connections | requests/s | p50 ms | p99 ms | server CPU us/request |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for (name, form, conns), s in stats.items():
-        lines.append(
-            f"| {name} | {form} | {conns} | {s['rps']:,.0f} | {s['p50_us'] / 1000:.2f} | "
-            f"{s['p99_us'] / 1000:.2f} | {s['cpu_us']:.0f} |"
-        )
-    lines += [
-        "",
-        "| connections | mlserve/MLServer req/s | mlserve/KServe req/s "
-        "| mlserve/floor req/s | p99 mlserve vs MLServer (ms) |",
-        "|---:|---:|---:|---:|---:|",
-    ]
+    lines = heading(
+        "HTTP: mlserve, MLServer, KServe and the floor",
+        f"python -m benchmarks.http_load --duration {args.duration:g} --repeat {args.repeat}",
+        f"; {peers}; {args.duration:g} s per point after a {args.warmup:g} s warm-up, "
+        f"median of {args.repeat} alternating round(s).",
+    )
+    lines += table_lines([*LOAD_HEADER, "server CPU us/request"], load_rows(stats), labels=2)
+    ratios = []
     for conns in args.connections:
         ours = stats.get(("mlserve", "tensor", conns))
         others = {n: stats.get((n, "tensor", conns)) for n in ("MLServer", "KServe", "floor")}
         if ours is None or None in others.values():
             continue
         ratio = {n: ours["rps"] / p["rps"] for n, p in others.items() if p}
-        lines.append(
-            f"| {conns} | {ratio['MLServer']:.2f}x | {ratio['KServe']:.2f}x | {ratio['floor']:.0%} "
-            f"| {ours['p99_us'] / 1000:.2f} vs {others['MLServer']['p99_us'] / 1000:.2f} |"  # type: ignore[index]
+        peer_p99 = others["MLServer"]["p99_us"]  # type: ignore[index]
+        ratios.append(
+            [conns, f"{ratio['MLServer']:.2f}x", f"{ratio['KServe']:.2f}x", f"{ratio['floor']:.0%}"]
+            + [f"{ours['p99_us'] / 1000:.2f} vs {peer_p99 / 1000:.2f}"]
         )
+    header = ["connections", "mlserve/MLServer req/s", "mlserve/KServe req/s"]
+    header += ["mlserve/floor req/s", "p99 mlserve vs MLServer (ms)"]
+    lines += ["", *table_lines(header, ratios, labels=0)]
+    lines += ab_lines(stats, args.baseline)
     return "\n".join([*lines, "", goals(stats)])
 
 
@@ -235,43 +252,42 @@ def goals(stats: Stats) -> str:
     lower = ours["p99_us"] < peer["p99_us"]
     return "\n".join(
         [
-            "Goals (issue 15), tensor body at 8 connections:",
+            "Goals (issues 15 and 26), tensor body at 8 connections:",
             "",
             f"- at least 8x MLServer's requests/s: {speed:.2f}x, "
             + ("met" if speed >= 8 else "not met"),
             f"- a lower p99 than MLServer's: {ours['p99_us'] / 1000:.2f} ms vs "
             f"{peer['p99_us'] / 1000:.2f} ms, " + ("met" if lower else "not met"),
-            f"- at least 60% of the bare ASGI floor: {share:.0%}, "
-            + ("met" if share >= 0.6 else "not met"),
+            f"- at least 65% of the bare ASGI floor: {share:.0%}, "
+            + ("met" if share >= 0.65 else "not met"),
         ]
     )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per point")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load first")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
+    parser = arguments(__doc__, duration=5.0, warmup=2.0, repeat=3)
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--servers", nargs="+", default=[s.name for s in SERVERS])
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    parser.add_argument(
+        "--baseline", metavar="GIT_REF", help="also measure mlserve as of this commit (A/B)"
+    )
     args = parser.parse_args(argv)
     servers = [s for s in SERVERS if s.name in args.servers]
     for env in sorted({s.env for s in servers if s.env}):
         ensure_env(env)
     exit_on_sigterm()
     rows: list[dict[str, Any]] = []
-    for round_ in range(args.repeat):
-        progress(f"http: round {round_ + 1}/{args.repeat}")
-        for server in servers:
-            rows += [{**row, "round": round_} for row in measure(server, args)]
+    with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
+        if args.baseline:
+            tree = baseline_tree(args.baseline, Path(tmp))
+            ours = SERVERS[1].forms
+            servers.insert(0, Server(f"mlserve@{args.baseline}", ours, partial(_baseline, tree)))
+        for round_ in range(args.repeat):
+            progress(f"http: round {round_ + 1}/{args.repeat}")
+            for server in servers:
+                rows += [{**row, "round": round_} for row in measure(server, args)]
     save_raw("http", {"args": vars(args), "runs": rows})
-    text = table(medians(rows), args)
-    print(text)
-    if not args.no_doc:
-        write_section("http", text)
+    publish("http", table(medians(rows), args), args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ every asyncio server pays. Prints the shares and the top functions by own time.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import shutil
 import subprocess
@@ -19,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import http_load
-from benchmarks.common import machine, progress, running, write_section
+from benchmarks.common import arguments, heading, progress, publish, running, table_lines
 
 # The innermost mlserve module of a sample names its layer (first match wins).
 LAYERS = [
@@ -43,14 +42,11 @@ def layer_of(frames: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--form", choices=["tensor", "binary", "rows"], default="tensor")
     parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     form = {"tensor": http_load.TENSOR, "binary": http_load.BINARY, "rows": http_load.ROWS}[
@@ -79,26 +75,26 @@ def main(argv: list[str] | None = None) -> None:
         total += weight
         layers[layer_of(frames)] += weight
         own[frames[-1].split(" (")[0] + " (" + frames[-1].rsplit("/", 1)[-1]] += weight
-    lines = [
-        "## Where an HTTP request's time goes",
+    lines = heading(
+        "Where an HTTP request's time goes",
+        f"python -m benchmarks.http_profile --seconds {args.seconds} --connections "
+        f"{args.connections} --form {args.form}",
+        f". py-spy (`record --gil`, 250 Hz) on `mlserve serve` of the echo model under "
+        f"`wrk -c{args.connections}` ({result['rps']:,.0f} requests/s with py-spy attached, "
+        f"{total} samples holding the GIL).",
+    )
+    lines += table_lines(
+        ["where (innermost mlserve frame of a sample)", "share"],
+        ([name, f"{weight / total:.0%}"] for name, weight in layers.most_common()),
+    )
+    lines += [
         "",
-        f"Command: `python -m benchmarks.http_profile --seconds {args.seconds} --connections "
-        f"{args.connections} --form {args.form}`. {machine()}. py-spy (`record --gil`, 250 Hz) "
-        f"on `mlserve serve` of the echo model under `wrk -c{args.connections}` "
-        f"({result['rps']:,.0f} requests/s with py-spy attached, {total} samples holding the GIL).",
-        "",
-        "| where (innermost mlserve frame of a sample) | share |",
-        "|---|---:|",
-        *(f"| {name} | {weight / total:.0%} |" for name, weight in layers.most_common()),
-        "",
-        "| function (own time) | share |",
-        "|---|---:|",
-        *(f"| `{name}` | {weight / total:.1%} |" for name, weight in own.most_common(args.top)),
+        *table_lines(
+            ["function (own time)", "share"],
+            ([f"`{name}`", f"{weight / total:.1%}"] for name, weight in own.most_common(args.top)),
+        ),
     ]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_doc:
-        write_section("http-profile", text)
+    publish("http-profile", "\n".join(lines), args)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,17 @@ from typing import Any
 from benchmarks.common import (
     HERE,
     ROOT,
+    arguments,
     ensure_env,
     env_python,
     exit_on_sigterm,
-    machine,
+    heading,
     median_of,
     progress,
+    publish,
     save_raw,
+    table_lines,
     version,
-    write_section,
 )
 
 CASE = HERE / "inprocess_case.py"
@@ -80,25 +82,23 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         for f in FRAMEWORKS
         for c in CASES
     }
-    lines = [
-        "## In-process: the mock server against mlrun's",
-        "",
-        f"Command: `python -m benchmarks.inprocess --repeat {args.repeat} --calls {args.calls}`. "
-        f"{machine()}; mlrun {version('mlrun')}. µs per "
+    lines = heading(
+        "In-process: the mock server against mlrun's",
+        f"python -m benchmarks.inprocess --repeat {args.repeat} --calls {args.calls}",
+        f"; mlrun {version('mlrun')}. µs per "
         '`server.test("/v2/models/m/infer", {"inputs": [[1.0, 2.0, 3.0, 4.0]]})`, each '
         f"process the median of 5 batches of {args.calls} calls after a warm-up; median of "
         f"{args.repeat} alternating rounds.",
-        "",
-        "| case | mlserve wall µs | mlrun wall µs | mlserve CPU µs | mlrun CPU µs "
-        "| mlserve/mlrun (CPU) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
+    )
+    rows = []
     for case, label in CASES.items():
         ours, peer = stats[("mlserve", case)], stats[("mlrun", case)]
-        lines.append(
-            f"| {label} | {ours['wall_us']:.1f} | {peer['wall_us']:.1f} | {ours['cpu_us']:.1f} "
-            f"| {peer['cpu_us']:.1f} | {ours['cpu_us'] / peer['cpu_us']:.2f}x |"
+        rows.append(
+            [label, f"{ours['wall_us']:.1f}", f"{peer['wall_us']:.1f}", f"{ours['cpu_us']:.1f}"]
+            + [f"{peer['cpu_us']:.1f}", f"{ours['cpu_us'] / peer['cpu_us']:.2f}x"]
         )
+    header = ["case", "mlserve wall µs", "mlrun wall µs", "mlserve CPU µs", "mlrun CPU µs"]
+    lines += table_lines([*header, "mlserve/mlrun (CPU)"], rows)
     lines += ["", "Goals (issue 15), CPU µs per call:", ""]
     for case, goal in GOALS.items():
         ratio = stats[("mlserve", case)]["cpu_us"] / stats[("mlrun", case)]["cpu_us"]
@@ -110,21 +110,14 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
+    parser = arguments(__doc__, repeat=3)
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed batch")
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     ensure_env("mlrun")
     exit_on_sigterm()
     rows = measure(args)
     save_raw("inprocess", {"args": vars(args), "runs": rows})
-    text = table(rows, args)
-    print(text)
-    if not args.no_doc:
-        write_section("inprocess", text)
+    publish("inprocess", table(rows, args), args)
 
 
 if __name__ == "__main__":

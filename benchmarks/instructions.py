@@ -103,10 +103,10 @@ def _binary(count: int) -> None:
 
 def _tracking(count: int, stream: str) -> None:
     """The HTTP case with benchmarks.tracking's model, tracking to file ``stream`` (or off)."""
-    from benchmarks import hotpath, tracking
-    from benchmarks.servers.tracking_model import tracked_function
+    from benchmarks import hotpath
+    from benchmarks.servers.tracking_model import BODY, tracked_function
 
-    request = hotpath.http_request(b"/v2/models/m/infer", tracking.BODY)
+    request = hotpath.http_request(b"/v2/models/m/infer", BODY)
     server = hotpath.initialised(tracked_function("" if stream == "off" else stream))
     _http(count, server, request)
     server.wait_for_completion()  # the sender's writes are counted too

@@ -17,7 +17,6 @@ unless ``--no-doc``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -31,12 +30,14 @@ import numpy as np
 
 from benchmarks.common import (
     RESULTS,
+    arguments,
     exit_on_sigterm,
     free_port,
-    machine,
+    heading,
     progress,
+    publish,
     running,
-    write_section,
+    table_lines,
 )
 
 WORK = RESULTS / "mnist"
@@ -178,28 +179,20 @@ def concurrent(make: Callable[[], Callable[[], Any]], threads: int, duration: fl
     return sum(counts) / (time.perf_counter() - started)
 
 
-def table(results: dict[str, dict[str, float]], threads: int) -> str:
-    lines = [
-        f"| protocol | sequential mean (ms) | sequential p99 (ms) | {threads} threads: batches/s "
-        "| images/s |",
-        "|---|---:|---:|---:|---:|",
+def table(results: dict[str, dict[str, float]], threads: int) -> list[str]:
+    header = ["protocol", "sequential mean (ms)", "sequential p99 (ms)"]
+    rows = [
+        [name, f"{row['mean_ms']:.1f}", f"{row['p99_ms']:.1f}", f"{row['rps']:.1f}"]
+        + [f"{row['rps'] * BATCH:,.0f}"]
+        for name, row in results.items()
     ]
-    for name, row in results.items():
-        lines.append(
-            f"| {name} | {row['mean_ms']:.1f} | {row['p99_ms']:.1f} | "
-            f"{row['rps']:.1f} | {row['rps'] * BATCH:,.0f} |"
-        )
-    return "\n".join(lines)
+    return table_lines([*header, f"{threads} threads: batches/s", "images/s"], rows)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__, duration=5.0)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     repository = save_model()
@@ -210,7 +203,6 @@ def main(argv: list[str] | None = None) -> None:
         argv = [sys.executable, "-m", "mlserve", "serve", str(repository), "--port", str(port)]
         return [*argv, "--grpc-port", str(free_grpc)]
 
-    header = machine()
     with running(command, "mnist", "/v2/models/mnist/ready") as (port, _pid, _):
         images = np.random.default_rng(0).random((BATCH, PIXELS), dtype=np.float32)
         results: dict[str, dict[str, float]] = {}
@@ -223,25 +215,16 @@ def main(argv: list[str] | None = None) -> None:
             )
             results[name] = row
             progress(f"mnist {name:16} mean {row['mean_ms']:6.1f} ms  {row['rps']:7.1f} batches/s")
-    text = "\n".join(
-        [
-            "## MNIST-style: TF Serving REST vs gRPC vs V2",
-            "",
-            f"Command: `python -m benchmarks.mnist_protocols --requests {args.requests} "
-            f"--threads {args.threads} --duration {args.duration:g}`. {header}. A batch of "
-            f"{BATCH} images of {PIXELS} FP32 values to a softmax model ({PIXELS} -> 10, "
-            f"SavedModel) on one `mlserve serve` process, {args.requests} sequential requests "
-            f"per protocol, then {args.threads} client threads for {args.duration:g} s; clients "
-            "and server share the machine.",
-            "",
-            table(results, args.threads),
-            "",
-            NOTE,
-        ]
+    lines = heading(
+        "MNIST-style: TF Serving REST vs gRPC vs V2",
+        f"python -m benchmarks.mnist_protocols --requests {args.requests} --threads "
+        f"{args.threads} --duration {args.duration:g}",
+        f". A batch of {BATCH} images of {PIXELS} FP32 values to a softmax model ({PIXELS} -> "
+        f"10, SavedModel) on one `mlserve serve` process, {args.requests} sequential requests "
+        f"per protocol, then {args.threads} client threads for {args.duration:g} s; clients "
+        "and server share the machine.",
     )
-    print(text)
-    if not args.no_doc:
-        write_section("mnist", text)
+    publish("mnist", "\n".join([*lines, *table(results, args.threads), "", NOTE]), args)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,17 @@ from typing import Any
 
 from benchmarks import http_load, tf_batching
 from benchmarks.common import (
+    arguments,
     exit_on_sigterm,
-    machine,
+    heading,
     median_of,
     progress,
+    publish,
     rss_mib,
     running,
     save_raw,
+    table_lines,
     version,
-    write_section,
     wrk,
 )
 
@@ -159,63 +161,49 @@ def models_round(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def report(data: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
-    lines = [
-        "## Scale: workers, memory, model count",
-        "",
-        f"Command: `python -m benchmarks.scale --duration {args.duration:g} --repeat "
-        f"{args.repeat}`. {machine()}; MLServer {version('mlserver')}. Median of "
-        f"{args.repeat} alternating round(s), {args.duration:g} s per point.",
-        "",
-        "| workers | connections | requests/s | p99 ms |",
-        "|---:|---:|---:|---:|",
-    ]
+    lines = heading(
+        "Scale: workers, memory, model count",
+        f"python -m benchmarks.scale --duration {args.duration:g} --repeat {args.repeat}",
+        f"; MLServer {version('mlserver')}. Median of {args.repeat} alternating round(s), "
+        f"{args.duration:g} s per point.",
+    )
     by: dict[tuple[int, int], dict[str, float]] = {}
+    cells = []
     for workers in (1, 2):
         for conns in (8, 64):
             rows = [
                 r for r in data["workers"] if (r["workers"], r["connections"]) == (workers, conns)
             ]
             by[(workers, conns)] = stats = median_of(rows, "rps", "p99_us")
-            lines.append(
-                f"| {workers} | {conns} | {stats['rps']:,.0f} | {stats['p99_us'] / 1000:.2f} |"
-            )
+            cells.append([workers, conns, f"{stats['rps']:,.0f}", f"{stats['p99_us'] / 1000:.2f}"])
+    lines += table_lines(["workers", "connections", "requests/s", "p99 ms"], cells, labels=0)
     for conns in (8, 64):
         lines.append(
             f"\n- two workers vs one at {conns} connections: "
             f"{by[(2, conns)]['rps'] / by[(1, conns)]['rps']:.2f}x"
         )
-    lines += [
-        "",
-        "| server, model | RSS once ready (MiB) | RSS after load (MiB) |",
-        "|---|---:|---:|",
-    ]
+    cells = []
     for case in dict.fromkeys(r["case"] for r in data["memory"]):
         stats = median_of(
             [r for r in data["memory"] if r["case"] == case], "idle_mib", "loaded_mib"
         )
-        lines.append(f"| {case} | {stats['idle_mib']:.0f} | {stats['loaded_mib']:.0f} |")
-    lines += [
-        "",
-        "| models in the server | requests/s (8 connections, models in turn) | p99 ms | RSS MiB |",
-        "|---:|---:|---:|---:|",
-    ]
+        cells.append([case, f"{stats['idle_mib']:.0f}", f"{stats['loaded_mib']:.0f}"])
+    header = ["server, model", "RSS once ready (MiB)", "RSS after load (MiB)"]
+    lines += ["", *table_lines(header, cells)]
+    cells = []
     for count in args.models:
         rows = [r for r in data["models"] if r["models"] == count]
         stats = median_of(rows, "rps", "p99_us", "rss_mib")
         rps, p99, rss = stats["rps"], stats["p99_us"] / 1000, stats["rss_mib"]
-        lines.append(f"| {count} | {rps:,.0f} | {p99:.2f} | {rss:.0f} |")
+        cells.append([count, f"{rps:,.0f}", f"{p99:.2f}", f"{rss:.0f}"])
+    header = ["models in the server", "requests/s (8 connections, models in turn)", "p99 ms"]
+    lines += ["", *table_lines([*header, "RSS MiB"], cells, labels=0)]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per point")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load first")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
+    parser = arguments(__doc__, duration=5.0, warmup=2.0, repeat=3)
     parser.add_argument("--models", type=int, nargs="+", default=[1, 10, 100])
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     tf_batching.ensure_mlserver_tf()
@@ -226,10 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         data["memory"] += memory_round(args)
         data["models"] += models_round(args)
     save_raw("scale", data)
-    text = report(data, args)
-    print(text)
-    if not args.no_doc:
-        write_section("scale", text)
+    publish("scale", report(data, args), args)
 
 
 if __name__ == "__main__":

@@ -30,15 +30,17 @@ from typing import Any
 
 from benchmarks.common import (
     ROOT,
+    arguments,
     cpu_seconds,
     ensure_env,
     exit_on_sigterm,
-    machine,
+    heading,
     progress,
+    publish,
     running,
     save_raw,
+    table_lines,
     version,
-    write_section,
 )
 from benchmarks.http_load import _mlserve, _mlserver
 
@@ -137,41 +139,39 @@ _IMPORT_KEYS = ("modules", "wall_ms", "cpu_ms")
 
 def report(imports: list[dict[str, Any]], serving: list[dict[str, Any]], argv: str) -> str:
     trees = sorted({r["tree"] for r in imports}, reverse=True)  # "now" before "before"
-    lines = [
-        "## Start-up",
-        "",
-        f"Command: `python -m benchmarks.startup{argv}`. {machine()}; "
-        f"MLServer {version('mlserver') or 'not measured'}. Imports: a fresh interpreter "
+    lines = heading(
+        "Start-up",
+        f"python -m benchmarks.startup{argv}",
+        f"; MLServer {version('mlserver') or 'not measured'}. Imports: a fresh interpreter "
         f"per statement, median of {max(r['round'] for r in imports) + 1} alternating rounds"
         + (' ("before": the --compare tree)' if len(trees) > 1 else "")
         + ". CPU is the interpreter's own user + system time, steadier than wall time on "
         "a shared machine.",
-        "",
-        "| statement | mlserve | new modules | wall ms | CPU ms |",
-        "|---|---|---:|---:|---:|",
-    ]
+    )
+    rows = []
     for label in STATEMENTS:
         for tree in trees:
             m = {k: _median(imports, k, label=label, tree=tree) for k in _IMPORT_KEYS}
-            lines.append(
-                f"| `{label}` | {tree} | {m['modules']:.0f} | {m['wall_ms']:.1f} "
-                f"| {m['cpu_ms']:.1f} |"
+            rows.append(
+                [f"`{label}`", tree, f"{m['modules']:.0f}", f"{m['wall_ms']:.1f}"]
+                + [f"{m['cpu_ms']:.1f}"]
             )
+    header = ["statement", "mlserve", "new modules", "wall ms", "CPU ms"]
+    lines += table_lines(header, rows, labels=2)
     if serving:
         rounds = max(r["round"] for r in serving) + 1
+        rows = [
+            [name, f"{_median(serving, 'seconds', server=name):.2f}"]
+            + [f"{_median(serving, 'cpu_s', server=name):.2f}"]
+            for name in dict.fromkeys(r["server"] for r in serving)
+        ]
         lines += [
             "",
             f"From start to the first 200 on `/v2/health/ready` (polled every 50 ms), median "
             f"of {rounds} alternating rounds:",
             "",
-            "| server | seconds to ready | server CPU s by then |",
-            "|---|---:|---:|",
+            *table_lines(["server", "seconds to ready", "server CPU s by then"], rows),
         ]
-        for name in dict.fromkeys(r["server"] for r in serving):
-            lines.append(
-                f"| {name} | {_median(serving, 'seconds', server=name):.2f} | "
-                f"{_median(serving, 'cpu_s', server=name):.2f} |"
-            )
     return "\n".join([*lines, "", goals(imports, serving)])
 
 
@@ -198,26 +198,19 @@ def goals(imports: list[dict[str, Any]], serving: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--repeat", type=int, default=7, help="import rounds (medians)")
+    parser = arguments(__doc__, {"repeat": "import rounds (medians)"}, repeat=7)
     parser.add_argument("--serve-repeat", type=int, default=3, help="serve rounds (medians)")
     parser.add_argument("--compare", default="", help="a folder holding an older mlserve/")
     parser.add_argument("--no-tf", action="store_true", help="skip the TensorFlow model")
     parser.add_argument("--no-mlserver", action="store_true", help="skip MLServer")
     parser.add_argument("--no-serve", action="store_true", help="imports only")
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     imports = measure_imports(args)
     serving = [] if args.no_serve else measure_serving(args)
     save_raw("startup", {"args": vars(args), "imports": imports, "serving": serving})
     given = sys.argv[1:] if argv is None else argv
-    text = report(imports, serving, "".join(f" {a}" for a in given))
-    print(text)
-    if not args.no_doc:
-        write_section("startup", text)
+    publish("startup", report(imports, serving, "".join(f" {a}" for a in given)), args)
 
 
 if __name__ == "__main__":

@@ -21,16 +21,18 @@ from typing import Any
 from benchmarks.common import (
     ENVS,
     RESULTS,
+    arguments,
     ensure_package,
     exit_on_sigterm,
     free_port,
-    machine,
+    heading,
     median_of,
     progress,
+    publish,
     running,
     save_raw,
+    table_lines,
     version,
-    write_section,
     wrk,
 )
 
@@ -151,25 +153,24 @@ def measure(
 
 
 def table(results: dict[str, dict[str, float]], args: argparse.Namespace) -> str:
-    lines = [
-        "## TensorFlow: batching on and off",
-        "",
-        f"Command: `python -m benchmarks.tf_batching --duration {args.duration:g} --repeat "
-        f"{args.repeat}`. {machine()}; MLServer {version('mlserver')}. Keras MLP 32 -> 64 -> 64 "
-        f"-> 10 (SavedModel), one-row V2 JSON requests, `wrk -t2 -c{CONNECTIONS}`, "
-        f"{args.duration:g} s per case after a warm-up; batching is "
-        f"`max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001`; MLServer serves the same "
-        f"SavedModel through a custom runtime. Median of {args.repeat} alternating round(s).",
-        "",
-        "| server | batching | requests/s | p99 (ms) | errors |",
-        "|---|---|---:|---:|---:|",
-    ]
+    lines = heading(
+        "TensorFlow: batching on and off",
+        f"python -m benchmarks.tf_batching --duration {args.duration:g} --repeat {args.repeat}",
+        f"; MLServer {version('mlserver')}. Keras MLP 32 -> 64 -> 64 -> 10 (SavedModel), "
+        f"one-row V2 JSON requests, `wrk -t2 -c{CONNECTIONS}`, {args.duration:g} s per case "
+        f"after a warm-up; batching is `max_batch_size={MAX_BATCH_SIZE}, max_batch_time=0.001`; "
+        "MLServer serves the same SavedModel through a custom runtime. Median of "
+        f"{args.repeat} alternating round(s).",
+    )
+    rows = []
     for name, result in results.items():
         server, _, mode = name.partition(" / ")
-        lines.append(
-            f"| {server} | {mode} | {result['rps']:,.0f} | {result['p99_us'] / 1000:.1f} | "
-            f"{result['errors_total']:.0f} |"
+        rows.append(
+            [server, mode, f"{result['rps']:,.0f}", f"{result['p99_us'] / 1000:.1f}"]
+            + [f"{result['errors_total']:.0f}"]
         )
+    header = ["server", "batching", "requests/s", "p99 (ms)", "errors"]
+    lines += table_lines(header, rows, labels=2)
     base, batched = results.get("mlserve / off"), results.get("mlserve / on")
     if base and batched:
         ratio = batched["rps"] / base["rps"]
@@ -182,13 +183,8 @@ def table(results: dict[str, dict[str, float]], args: argparse.Namespace) -> str
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per case")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
+    parser = arguments(__doc__, {"duration": "seconds per case"}, duration=10.0, repeat=3)
     parser.add_argument("--skip-mlserver", action="store_true")
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     exit_on_sigterm()
@@ -210,10 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     save_raw("tf", rounds)
     keys = ("rps", "p99_us", "errors_total")
     results = {name: median_of([r[name] for r in rounds], *keys) for name in cases}
-    text = table(results, args)
-    print(text)
-    if not args.no_doc:
-        write_section("tf", text)
+    publish("tf", table(results, args), args)
 
 
 if __name__ == "__main__":

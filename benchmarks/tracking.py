@@ -42,20 +42,21 @@ from typing import Any
 
 from benchmarks.common import (
     ROOT,
+    arguments,
     cpu_seconds,
     exit_on_sigterm,
     grouped,
-    machine,
+    heading,
     median_of,
     progress,
+    publish,
     running,
     save_raw,
-    write_section,
+    table_lines,
     wrk,
 )
+from benchmarks.servers.tracking_model import ANSWER, BODY
 
-BODY = json.dumps({"inputs": [[1, 2, 3, 4], [5, 6, 7, 8]]}).encode()
-ANSWER = [10, 26]
 CONNECTIONS = 8
 PATHS = ["in-process", "http"]
 GOAL = 0.90  # issue 15: tracking on (file) keeps at least 90 % of the throughput of off
@@ -205,31 +206,27 @@ def medians(rows: list[dict[str, Any]]) -> Stats:
 
 
 def table(stats: Stats, args: argparse.Namespace, counts: dict[str, float] | None = None) -> str:
-    lines = [
-        "## Tracking: model monitoring on vs off",
-        "",
-        f"Command: `python -m benchmarks.tracking --duration {args.duration:g} --repeat "
-        f"{args.repeat}`. {machine()}; {args.duration:g} s per point after a {args.warmup:g} s "
-        f"warm-up, median of {args.repeat} alternating rounds (off, "
+    lines = heading(
+        "Tracking: model monitoring on vs off",
+        f"python -m benchmarks.tracking --duration {args.duration:g} --repeat {args.repeat}",
+        f"; {args.duration:g} s per point after a {args.warmup:g} s warm-up, median of "
+        f"{args.repeat} alternating rounds (off, "
         + ", ".join(s for s in args.streams if s != "off")
         + f"). In-process: {args.callers} threads calling `server.test` on the mock server; "
         f"HTTP: `mlserve serve`, wrk at {CONNECTIONS} connections. CPU: the measured "
         "process, all threads (the stream's sender included); the sender thread's own CPU "
         "is read in-process.",
-        "",
-        "| path | tracking | requests/s | on/off requests/s | CPU us/request | off/on CPU "
-        "| sender thread CPU us/request |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+    )
+    rows = []
     for (path, stream), s in stats.items():
         off = stats.get((path, "off"))
         ratio = f"{s['rps'] / off['rps']:.2f}" if off else "-"
         cpu = f"{off['cpu_us'] / s['cpu_us']:.2f}" if off else "-"
         sender = f"{s['sender_us']:.1f}" if "sender_us" in s and stream != "off" else "-"
-        lines.append(
-            f"| {path} | {stream} | {s['rps']:,.0f} | {ratio} | {s['cpu_us']:.1f} | {cpu} "
-            f"| {sender} |"
-        )
+        rows.append([path, stream, f"{s['rps']:,.0f}", ratio, f"{s['cpu_us']:.1f}", cpu, sender])
+    header = ["path", "tracking", "requests/s", "on/off requests/s", "CPU us/request"]
+    header += ["off/on CPU", "sender thread CPU us/request"]
+    lines += table_lines(header, rows, labels=2)
     return "\n".join([*lines, "", *counted_lines(counts), goals(stats)])
 
 
@@ -276,15 +273,10 @@ def goals(stats: Stats) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--duration", type=float, default=4.0, help="seconds per point")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load first (HTTP)")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating rounds (medians)")
+    helps = {"warmup": "seconds of load first (HTTP)"}
+    parser = arguments(__doc__, helps, duration=4.0, warmup=1.0, repeat=3)
     parser.add_argument("--callers", type=int, default=8, help="in-process caller threads")
     parser.add_argument("--streams", nargs="+", default=["off", "file", "kafka"])
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     parser.add_argument("--no-count", action="store_true", help="no callgrind instruction count")
     parser.add_argument("--inproc-child", metavar="STREAM", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -310,10 +302,7 @@ def main(argv: list[str] | None = None) -> None:
             broker.stop()
     counts = None if args.no_count or shutil.which("valgrind") is None else counted(1000)
     save_raw("tracking", {"args": vars(args), "runs": rows, "instructions": counts})
-    text = table(medians(rows), args, counts)
-    print(text)
-    if not args.no_doc:
-        write_section("tracking", text)
+    publish("tracking", table(medians(rows), args, counts), args)
 
 
 if __name__ == "__main__":

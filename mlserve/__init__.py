@@ -14,6 +14,7 @@ from importlib import import_module as _import_module
 if _typing.TYPE_CHECKING:
     from mlserve.core.context import GraphContext
     from mlserve.core.events import Event, MockEvent, Response
+    from mlserve.core.version import __version__
     from mlserve.function import ServingFunction, code_to_function, import_function, new_function
     from mlserve.function.mock import deploy_function
     from mlserve.graph.ensembles import ParallelRun, VotingEnsemble
@@ -24,8 +25,6 @@ if _typing.TYPE_CHECKING:
     from mlserve.model import V2ModelServer
     from mlserve.server.graph_server import GraphServer, ServingRequestError, create_graph_server
 
-from mlserve.core.public import PUBLIC_NAMES as _NAMES
-from mlserve.core.version import __version__
 
 # The subpackages and modules that ``import mlserve`` used to load with the names:
 # reaching one as an attribute (``mlserve.graph.ensembles``, ``mlserve.server.
@@ -70,11 +69,20 @@ __all__ = [
 ]
 
 
+def _public_names() -> dict[str, str]:
+    """Each public name's module (mlserve.core.public; read when a name is first asked)."""
+    names: dict[str, str] = _import_module("mlserve.core.public").PUBLIC_NAMES
+    return names
+
+
 def __getattr__(name: str) -> _typing.Any:
-    if name in _NAMES:
-        value = getattr(_import_module(_NAMES[name]), name)
+    names = _public_names()
+    if name in names:
+        value = getattr(_import_module(names[name]), name)
+    elif name == "__version__":
+        value = _import_module("mlserve.core.version").__version__
     elif name in _SUBMODULES:
-        for module in dict.fromkeys(_NAMES.values()):
+        for module in dict.fromkeys(names.values()):
             _import_module(module)
         value = _import_module(f"{__name__}.{name}")
     else:
@@ -84,4 +92,4 @@ def __getattr__(name: str) -> _typing.Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_NAMES, *_SUBMODULES})
+    return sorted({*globals(), *_public_names(), *_SUBMODULES})

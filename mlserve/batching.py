@@ -1,4 +1,5 @@
-"""Adaptive batching: concurrent tensor requests merged into one ``predict`` call (S11).
+"""Adaptive batching: concurrent tensor requests merged into one ``predict`` call
+(docs/tensorflow.md#batching).
 
 A model opts in with ``max_batch_size`` (a class attribute or a parameter; 0
 is off). Parameters, all read with ``get_param``:
@@ -87,8 +88,8 @@ def batch_key(request: InferenceRequest) -> tuple[tuple[Any, ...] | None, int]:
         rows = array.shape[0]
         shapes: tuple[Any, ...] = ((name, array.dtype, array.shape[1:]),)
     else:
-        leading = {array.shape[0] if array.ndim else None for array in tensors.values()}
-        if len(leading) != 1 or None in leading:
+        leading = {array.shape[0] if array.ndim else -1 for array in tensors.values()}
+        if len(leading) != 1 or -1 in leading:  # (-1: a scalar, no rows)
             return None, 0
         rows = next(iter(leading))
         shapes = tuple(
@@ -127,7 +128,7 @@ def merge(items: list[_Pending]) -> InferenceRequest:
     return merged
 
 
-def _rows_of(name: str, value: Any, total: int) -> np.ndarray:
+def _rows_of(name: str, value: object, total: int) -> np.ndarray:
     array = np.asarray(value)
     rows = array.shape[0] if array.ndim else None
     if rows != total:
@@ -138,7 +139,7 @@ def _rows_of(name: str, value: Any, total: int) -> np.ndarray:
     return array
 
 
-def split(result: Any, counts: list[int]) -> list[Any]:
+def split(result: object, counts: list[int]) -> list[Any]:
     """Cut a merged result back into one result per request, checking the row count."""
     total = sum(counts)
     if isinstance(result, dict):
@@ -211,7 +212,7 @@ class Batcher:
             self._start_due(loop)
         return await future
 
-    def _join(self, loop: asyncio.AbstractEventLoop, key: Any, pending: _Pending) -> None:
+    def _join(self, loop: asyncio.AbstractEventLoop, key: object, pending: _Pending) -> None:
         batch = self._open.get(key)
         if batch is not None and batch.rows + pending.rows > self.max_batch_size:
             del self._open[key]  # full: it starts at the next free slot
@@ -277,7 +278,7 @@ class Batcher:
         finally:
             self.stats.record_execution(rows, time.perf_counter_ns() - started)
 
-    async def _call(self, request: Any) -> Any:
+    async def _call(self, request: object) -> Any:
         return await in_thread(self.predict, request)
 
 
@@ -291,7 +292,7 @@ class BatchingRunner:
         self.model = model
         self.batcher = batcher
 
-    async def user(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def user(self, fn: Callable[..., Any], *args: object) -> Any:
         if fn == self.model.predict and isinstance(args[0], InferenceRequest):
             return await self.batcher.submit(args[0])
         started = time.perf_counter_ns()
@@ -300,7 +301,7 @@ class BatchingRunner:
             self.model.stats.record_execution(1, time.perf_counter_ns() - started)
         return result
 
-    async def block(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def block(self, fn: Callable[..., Any], *args: object) -> Any:
         return await run_in_threadpool(fn, *args)
 
 

@@ -16,14 +16,21 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlserve.core.limits import add_limit_flags, server_limits
+
+if TYPE_CHECKING:
+    from mlserve.function import ServingFunction
+    from mlserve.kafka import KafkaTrigger
+    from mlserve.server.graph_server import GraphServer
+
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = ["TARGETS", "build_server", "load_function", "main"]
 
 
-def load_function(target: str, **repository_options: Any) -> Any:
+def load_function(target: str, **repository_options: Any) -> ServingFunction:
     """The serving function in ``target``: an exported YAML/JSON, a Python file
     with ``serving_function()``, ``fn``, or a module-level function object, or a
     model repository folder (``repository_options``: model_config, poll_interval, cache_size)."""
@@ -39,7 +46,8 @@ def load_function(target: str, **repository_options: Any) -> Any:
     if path.suffix == ".py":
         sys.path.insert(0, str(path.resolve().parent))
         # A module name of the function's own: its classes export by their short
-        # names, and the file's code travels with the function (S6 export, build).
+        # names, and the file's code travels with the function (export, build:
+        # docs/notebooks.md#try-deploy-export).
         module_name = "mlserve_fn_" + re.sub(r"\W", "_", path.stem)
         names = runpy.run_path(str(path), run_name=module_name)
         fn = _function_in(names)
@@ -52,7 +60,7 @@ def load_function(target: str, **repository_options: Any) -> Any:
     raise SystemExit(f"cannot serve {target}: give a .py file or an exported .yaml")
 
 
-def _function_in(names: dict[str, Any]) -> Any:
+def _function_in(names: dict[str, Any]) -> ServingFunction | None:
     """A Python file's function: ``serving_function()``, ``fn``, or the first function object."""
     from mlserve.function import ServingFunction
 
@@ -71,7 +79,7 @@ def _is_repository(target: str) -> bool:
     return Path(target).is_dir()
 
 
-def _function_server(args: argparse.Namespace) -> Any:
+def _function_server(args: argparse.Namespace) -> GraphServer:
     options = {
         "model_config": args.model_config,
         "poll_interval": args.poll_interval,
@@ -85,13 +93,13 @@ def _function_server(args: argparse.Namespace) -> Any:
 
 
 # (does this target string name my kind?, build the initialised GraphServer from the args)
-TARGETS: list[tuple[Callable[[str], bool], Callable[[argparse.Namespace], Any]]] = [
+TARGETS: list[tuple[Callable[[str], bool], Callable[[argparse.Namespace], GraphServer]]] = [
     (_is_repository, _function_server),  # load_function reads the folder as a repository
     (_is_function_file, _function_server),
 ]
 
 
-def build_server(args: argparse.Namespace) -> Any:
+def build_server(args: argparse.Namespace) -> GraphServer:
     """The initialised GraphServer of ``args.target``, by the first kind that takes it."""
     for accepts, build in TARGETS:
         if accepts(args.target):
@@ -153,7 +161,7 @@ def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"mlserve: the Kafka trigger failed: {trigger.error}")
 
 
-def _start_kafka(args: argparse.Namespace, server: Any) -> Any:
+def _start_kafka(args: argparse.Namespace, server: GraphServer) -> KafkaTrigger:
     """The Kafka face beside the HTTP one (which keeps /metrics and the health routes)."""
     from mlserve.kafka import KafkaTrigger, TriggerOptions, parse_source
 
@@ -207,7 +215,7 @@ def face_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _security_arguments(cmd: Any) -> None:
+def _security_arguments(cmd: argparse.ArgumentParser) -> None:
     """Security and limits of the network faces (docs/security.md; env: MLSERVE_*)."""
     group = cmd.add_argument_group("security and limits (docs/security.md)")
     add = group.add_argument
@@ -226,7 +234,7 @@ def _security_arguments(cmd: Any) -> None:
     add("--hide-errors", action="store_true", help="no exception text in responses")
 
 
-def _serve_parser(commands: Any) -> None:
+def _serve_parser(commands: Commands) -> None:
     cmd = commands.add_parser("serve", help="serve a function over HTTP and gRPC")
     cmd.add_argument(
         "target", help="a Python file, an exported function YAML, or a model repository"
@@ -254,7 +262,11 @@ def _serve_parser(commands: Any) -> None:
     )
     cmd.add_argument("--cache-size", type=int, help="at most N model versions loaded (LRU)")
     add_limit_flags(cmd)
-    cmd.add_argument("--kafka", metavar="TOPIC@BROKERS", help="also consume this topic (S12)")
+    cmd.add_argument(
+        "--kafka",
+        metavar="TOPIC@BROKERS",
+        help="also consume this topic (docs/deployment.md#kafka-consumer-groups)",
+    )
     cmd.add_argument("--group", help="the Kafka consumer group (with --kafka)")
     cmd.add_argument("--output-topic", help="where results go, keyed as their input")
     cmd.add_argument(
@@ -296,7 +308,7 @@ def build(args: argparse.Namespace) -> None:
         print(f"mlserve: wrote {path}")
 
 
-def _build_parser(commands: Any) -> None:
+def _build_parser(commands: Commands) -> None:
     defaults = _build_defaults()
     cmd = commands.add_parser(
         "build", help="write a Dockerfile and Kubernetes, KServe and nuclio objects for a function"
@@ -358,7 +370,9 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _build_parser(commands)
-    endpoints_cmd = commands.add_parser("endpoints", help="model endpoint records (S9)")
+    endpoints_cmd = commands.add_parser(
+        "endpoints", help="model endpoint records (docs/monitoring.md#endpoint-records)"
+    )
     endpoints_list = endpoints_cmd.add_subparsers(dest="action", required=True).add_parser(
         "list", help="print the endpoint records as a table"
     )

@@ -1,4 +1,4 @@
-"""``V2ModelServer``: the class a user subclasses to serve one model (S2).
+"""``V2ModelServer``: the class a user subclasses to serve one model (docs/models.md).
 
 The user writes ``load()`` and ``predict()``; everything else here turns one
 event into one call of those hooks and one answer:
@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,13 +58,24 @@ DEFAULT_LOAD_WAIT_SECONDS = 300.0
 _PLAIN = frozenset({list, dict, tuple, str, int, float, bool, type(None), np.ndarray})
 
 
+class Runner(Protocol):
+    """How the dispatch calls a model's hooks: ``user`` (predict, an op) and ``block``
+    (a blocking wait): directly, on the loop, or through the batcher."""
+
+    counts_executions: bool
+
+    async def user(self, fn: Callable[..., Any], *args: object) -> Any: ...
+
+    async def block(self, fn: Callable[..., Any], *args: object) -> Any: ...
+
+
 class _SyncRunner:
     """Runs hooks directly: the dispatch driven by ``do_event``."""
 
     counts_executions = False  # the batcher's runner counts its merged calls itself
 
     @staticmethod
-    async def user(fn: Callable[..., Any], *args: Any) -> Any:
+    async def user(fn: Callable[..., Any], *args: object) -> Any:
         result = fn(*args)
         if type(result) not in _PLAIN and inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
@@ -79,18 +90,18 @@ class _AsyncRunner:
     counts_executions = False
 
     @staticmethod
-    async def user(fn: Callable[..., Any], *args: Any) -> Any:
+    async def user(fn: Callable[..., Any], *args: object) -> Any:
         result = fn(*args)
         if inspect.isawaitable(result):
             result = await result
         return result
 
     @staticmethod
-    async def block(fn: Callable[..., Any], *args: Any) -> Any:
+    async def block(fn: Callable[..., Any], *args: object) -> Any:
         return await run_in_threadpool(fn, *args)
 
 
-def _is_coroutine_function(fn: Any) -> bool:
+def _is_coroutine_function(fn: object) -> bool:
     """``inspect.iscoroutinefunction`` for the common case (a plain method) in one
     attribute read; anything else (a partial, a callable object) asks inspect."""
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
@@ -207,13 +218,13 @@ class V2ModelServer:
 
     # ---- parameters, metrics, files ---------------------------------------
 
-    def get_param(self, key: str, default: Any = None) -> Any:
+    def get_param(self, key: str, default: object = None) -> Any:
         """A model parameter (constructor keyword), else the function's parameter."""
         if key in self._kwargs:
             return self._kwargs[key]
         return self.context.get_param(key, default)
 
-    def set_metric(self, name: str, value: Any) -> None:
+    def set_metric(self, name: str, value: object) -> None:
         """Attach a metric to the next model-log record."""
         self.metrics[name] = value
 
@@ -317,9 +328,9 @@ class V2ModelServer:
     # ---- metadata ------------------------------------------------------------
 
     def get_metadata(self) -> dict[str, Any]:
-        """Model metadata of S4: mlrun's keys, and the V2 protocol's optional
-        ``platform`` (when the class names one) and ``versions`` (when they are
-        numbers, as Triton's and TF Serving's clients read them)."""
+        """Model metadata (docs/serving.md#the-url-surface): mlrun's keys, and the V2
+        protocol's optional ``platform`` (when the class names one) and ``versions`` (when
+        they are numbers, as Triton's and TF Serving's clients read them)."""
         metadata: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
@@ -334,7 +345,7 @@ class V2ModelServer:
 
     # ---- dispatch --------------------------------------------------------------
 
-    def do_event(self, event: Event, *args: Any, **kwargs: Any) -> Event:
+    def do_event(self, event: Event, *args: object, **kwargs: object) -> Event:
         """Handle one event synchronously (mlrun's entry point)."""
         return drive(self._dispatch(event, _SyncRunner))
 
@@ -343,9 +354,10 @@ class V2ModelServer:
         batched models (mlserve.batching) dispatch on the loop and predict in the pool."""
         gate = getattr(self, "_gate", None)
         if gate is not None and gate.inline and self.ready:  # a sync model proven cheap (ModelGate)
-            return gate.run_inline(self.do_event, event)  # type: ignore[no-any-return]
+            return gate.run_inline(self.do_event, event)
         # Its own threads (or slots) and bounded queue: a slow model never starves another,
-        # and a request's deadline holds on every route to a model (V2, TF Serving) (S13).
+        # and a request's deadline holds on every route to a model, V2 or TF Serving
+        # (docs/security.md#limits).
         limits = limits_of(self.context)
         if _is_coroutine_function(self.predict):
             call = gate_of(self, limits).run_async(self._dispatch(event, _AsyncRunner))
@@ -354,9 +366,9 @@ class V2ModelServer:
             if batched is not None:
                 return await self._dispatch(event, batched)
             call = gate_of(self, limits).run(self.do_event, event)
-        return await with_timeout(call, request_timeout(limits, event))  # type: ignore[no-any-return]
+        return await with_timeout(call, request_timeout(limits, event))
 
-    async def _dispatch(self, event: Event, runner: Any) -> Event:
+    async def _dispatch(self, event: Event, runner: Runner) -> Event:
         body = get_path(event.body, self._input_path) if self._input_path else event.body
         op = (event.path or "").strip("/")
         event_id = event.id
@@ -383,7 +395,7 @@ class V2ModelServer:
         event.body = response
         return event
 
-    async def _wait_ready(self, event: Event, runner: Any) -> None:
+    async def _wait_ready(self, event: Event, runner: Runner) -> None:
         if self.ready:
             return
         if self._loaded.is_set() or event.trigger.kind in HTTP_TRIGGERS:
@@ -397,7 +409,9 @@ class V2ModelServer:
                 f"model {self.name} did not become ready: {self.error or 'timeout'}"
             )
 
-    async def _infer(self, event: Event, body: Any, op: str, event_id: Any, runner: Any) -> Any:
+    async def _infer(
+        self, event: Event, body: object, op: str, event_id: object, runner: Runner
+    ) -> Any:
         if not self.ready:
             await self._wait_ready(event, runner)
         start_ns = time.time_ns()  # the call's wall-clock start: records and timestamps take it
@@ -450,7 +464,7 @@ class V2ModelServer:
             raise InvalidInput(f"{type(exc).__name__}: {exc}") from exc
 
     def _envelope(
-        self, request: Any, outputs: Any, event_id: Any, start_ns: int, op: str
+        self, request: object, outputs: object, event_id: object, start_ns: int, op: str
     ) -> dict[str, Any]:
         response: dict[str, Any] = {"id": event_id, "model_name": self.name}
         if self.version:

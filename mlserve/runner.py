@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import os
 import signal
 import socket
@@ -22,9 +23,19 @@ import subprocess
 import sys
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mlserve.core.sockets import bind_socket
+
+if TYPE_CHECKING:
+    import grpc
+    import uvicorn
+
+    from mlserve.core.limits import ServerLimits
+    from mlserve.core.settings import FaceSettings
+    from mlserve.http.app import ASGIApp
+    from mlserve.server.graph_server import GraphServer
 
 __all__ = ["WORKER_ENV", "run_server", "supervise", "worker_command"]
 
@@ -35,7 +46,9 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 WORKER_ENV = "MLSERVE_WORKER"
 
 
-def _http_server(app: Any, settings: Any, drain_timeout: float = 0.0) -> Any:
+def _http_server(
+    app: ASGIApp, settings: FaceSettings, drain_timeout: float = 0.0
+) -> uvicorn.Server:
     import uvicorn
 
     class HTTPServer(uvicorn.Server):
@@ -53,15 +66,24 @@ def _http_server(app: Any, settings: Any, drain_timeout: float = 0.0) -> Any:
         http="httptools",
         timeout_keep_alive=int(max(1, settings.keep_alive_timeout)),
         limit_concurrency=settings.max_connections,
-        timeout_graceful_shutdown=drain_timeout or None,
+        # uvicorn takes whole seconds: a fraction rounds up
+        timeout_graceful_shutdown=math.ceil(drain_timeout) or None,
     )
     return HTTPServer(config)
+
+
+class _Face(Protocol):
+    """An HTTP face the runner starts and stops."""
+
+    async def serve(self, sock: socket.socket) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class _ASGIFace:
     """The ASGI app under uvicorn (``--http asgi``)."""
 
-    def __init__(self, server: Any, settings: Any) -> None:
+    def __init__(self, server: GraphServer, settings: FaceSettings) -> None:
         from mlserve.http.app import create_app
 
         self.http = _http_server(
@@ -78,7 +100,7 @@ class _ASGIFace:
 class _LeanFace:
     """mlserve's own HTTP/1.1 server (the default)."""
 
-    def __init__(self, server: Any, settings: Any) -> None:
+    def __init__(self, server: GraphServer, settings: FaceSettings) -> None:
         from mlserve.http.server import HTTPServer
 
         self.http = HTTPServer(server, settings)
@@ -100,19 +122,22 @@ class _LeanFace:
         self.stopping.set()
 
 
-HTTP_FACES = {"mlserve": _LeanFace, "asgi": _ASGIFace}
+HTTP_FACES: dict[str, Callable[[GraphServer, FaceSettings], _Face]] = {
+    "mlserve": _LeanFace,
+    "asgi": _ASGIFace,
+}
 
 
 async def _serve(
-    server: Any,
+    server: GraphServer,
     host: str,
     port: int,
     grpc_port: int | None,
     reuse_port: bool,
     announce: Callable[[], None],
-    http_face: str = "mlserve",
-    tfs_grpc_port: int | None = None,
-    settings: Any = None,
+    http_face: str,
+    tfs_grpc_port: int | None,
+    settings: FaceSettings,
 ) -> None:
     sock = bind_socket(host, port, reuse_port)
     http = HTTP_FACES[http_face](server, settings)
@@ -152,7 +177,7 @@ async def _serve(
     await asyncio.gather(*draining)
 
 
-async def _stop(http: Any, grpc_servers: list[Any], limits: Any) -> None:
+async def _stop(http: _Face, grpc_servers: list[grpc.aio.Server], limits: ServerLimits) -> None:
     """Stop taking requests after ``drain_delay``; gRPC calls get ``drain_timeout``."""
     if limits.drain_delay:
         await asyncio.sleep(limits.drain_delay)
@@ -161,7 +186,7 @@ async def _stop(http: Any, grpc_servers: list[Any], limits: Any) -> None:
 
 
 def run_server(
-    server: Any,
+    server: GraphServer,
     host: str,
     port: int,
     grpc_port: int | None = None,
@@ -170,7 +195,7 @@ def run_server(
     http_face: str = "mlserve",
     tfs_grpc_port: int | None = None,
     drained: Callable[[], None] = lambda: None,
-    settings: Any = None,
+    settings: FaceSettings | None = None,
 ) -> None:
     """Serve ``server`` (initialised) until SIGTERM/SIGINT, then drain and flush.
 
@@ -221,7 +246,7 @@ def supervise(command: list[str], workers: int) -> int:
     relay.start()
     forwarded = {0}  # exit codes that count as clean
 
-    def forward(sig: int, frame: Any) -> None:
+    def forward(sig: int, frame: FrameType | None) -> None:
         forwarded.add(-sig)  # a worker still starting dies of it: it had nothing to drain
         for proc in procs:
             if proc.poll() is None:

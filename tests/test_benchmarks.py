@@ -34,8 +34,9 @@ def test_a_section_replaces_its_own_part_and_keeps_the_rest(
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by make system-deps")
 def test_the_http_load_measures_mlserve_and_the_floor_in_every_request_form() -> None:
+    """... and, with ``--baseline``, mlserve as of a commit beside the tree's own (A/B)."""
     argv = ["--servers", "mlserve", "floor", "--connections", "2", "--duration", "1"]
-    argv += ["--warmup", "1", "--repeat", "1", "--no-doc"]
+    argv += ["--warmup", "1", "--repeat", "1", "--no-doc", "--baseline", "HEAD"]
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.http_load", *argv],
         cwd=ROOT,
@@ -48,6 +49,8 @@ def test_the_http_load_measures_mlserve_and_the_floor_in_every_request_form() ->
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     for server, form in [("floor", "tensor"), ("mlserve", "tensor"), ("mlserve", "binary")]:
         assert any(line.startswith(f"| {server} | {form} | 2 |") for line in rows), rows
+    assert any(line.startswith("| mlserve@HEAD | rows | 2 |") for line in rows), rows
+    assert any(line.startswith("| tensor | 2 |") and " -> " in line for line in rows), rows
     assert "ERRORS" not in done.stdout
 
 

@@ -6,11 +6,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.netserver import FN, ROOT, start_server
 from tests.services import free_port
@@ -109,3 +111,33 @@ def test_workers_announce_the_server_once() -> None:
         proc.terminate()
         out, _ = proc.communicate(timeout=60)
     assert out.count("mlserve: serving") == 1
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--http", "mlserve"], ["--http", "asgi"], ["--workers", "2"]],
+    ids=["mlserve", "asgi", "workers"],
+)
+def test_draining_is_logged_once_at_stop(options: list[str]) -> None:
+    """One stop, one "draining" line: a second SIGTERM and a SIGINT during the drain
+    delay (an impatient orchestrator, a Ctrl-C) and each worker of ``--workers`` add none."""
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
+    server = start_server(*options, "--drain-delay", "0.5", stderr=log)
+    try:
+        if "--workers" in options:  # both workers serve before the stop
+            pids: set[int] = set()
+            deadline = time.monotonic() + 60
+            while len(pids) < 2 and time.monotonic() < deadline:
+                with httpx.Client(base_url=server.url, timeout=60) as http:
+                    pids.add(http.post("/v2/models/where/pid", json={}).json()["pid"])
+            assert len(pids) == 2
+        for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT):
+            server.proc.send_signal(sig)
+            time.sleep(0.1)
+        assert server.proc.wait(60) == 0
+        log.seek(0)
+        stderr = log.read().decode(errors="replace")
+    finally:
+        server.stop()
+        log.close()
+    assert stderr.count("draining") == 1, stderr

@@ -1,4 +1,5 @@
-"""The function object (S6): building, class names, round-trips, and `mlserve serve` over HTTP."""
+"""The function object (docs/notebooks.md): building, class names, round-trips, and
+`mlserve serve` over HTTP."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """mlrun's serving tests, ported by changing imports, plus malformed requests
-checked through ``server.test()`` and a real ``mlserve serve`` alike (S2-S4, S7)."""
+checked through ``server.test()`` and a real ``mlserve serve`` alike."""
 
 from __future__ import annotations
 

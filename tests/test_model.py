@@ -1,4 +1,5 @@
-"""V2ModelServer (S2): names, parameters, loading, the hook chain, ops, logging, files, paths."""
+"""V2ModelServer (docs/models.md): names, parameters, loading, the hook chain, ops, logging,
+files, paths."""
 
 from __future__ import annotations
 

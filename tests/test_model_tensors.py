@@ -1,4 +1,5 @@
-"""Tensor-form requests through a model (S3): every JSON datatype round-trips."""
+"""Tensor-form requests through a model (docs/models.md#request-forms): every JSON
+datatype round-trips."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import pytest
 import mlserve
 import mlserve.graph
 import mlserve.protocol
+from mlserve.core.public import PUBLIC_NAMES
 from mlserve.protocol import errors
 
 HEAVY = (
@@ -83,9 +84,9 @@ def test_import_mlserve_alone_loads_the_names_on_first_use():
 def test_every_public_name_is_the_defining_modules_own():
     import importlib
 
-    for name, module in mlserve._NAMES.items():
+    for name, module in PUBLIC_NAMES.items():
         assert getattr(mlserve, name) is getattr(importlib.import_module(module), name)
-    assert set(mlserve._NAMES) | {"__version__"} == set(mlserve.__all__)
+    assert set(PUBLIC_NAMES) | {"__version__"} == set(mlserve.__all__)
     assert set(mlserve.__all__) <= set(dir(mlserve))
     assert not hasattr(mlserve, "no_such_name")
 

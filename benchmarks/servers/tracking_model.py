@@ -3,13 +3,19 @@
 ``tracked_function(stream)`` is the same function with tracking on (``stream``: a
 file path or a ``kafka://`` URL) or off (``""``); the HTTP runs serve it from a
 two-line file (``fn = tracked_function(...)``), the in-process runs call its mock server.
+``BODY`` is the request every run sends (``benchmarks.instructions`` too), ``ANSWER`` its
+outputs.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import mlserve
+
+BODY = json.dumps({"inputs": [[1, 2, 3, 4], [5, 6, 7, 8]]}).encode()
+ANSWER = [10, 26]
 
 
 class Sum(mlserve.V2ModelServer):

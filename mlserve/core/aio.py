@@ -91,7 +91,7 @@ class _WorkerPool:
                 self._searching += 1
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+def _settle(future: asyncio.Future[Any], result: object, error: BaseException | None) -> None:
     if future.cancelled():
         return
     if error is not None:
@@ -108,11 +108,11 @@ WorkerPool = _WorkerPool
 _workers = _WorkerPool(max_workers=int(os.environ.get("MLSERVE_WORKER_THREADS", "32")))
 
 
-async def run_in_threadpool(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+async def run_in_threadpool(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
     """Run sync ``fn`` in the worker pool and await its result."""
     loop = asyncio.get_running_loop()
     call = partial(fn, *args, **kwargs) if kwargs else partial(fn, *args)
-    return await _workers.submit(loop, call)  # type: ignore[no-any-return]
+    return await _workers.submit(loop, call)
 
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:
@@ -124,12 +124,12 @@ def drive(coro: Coroutine[Any, Any, T]) -> T:
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value
     coro.close()
     raise RuntimeError("an async step was reached from a sync call")
 
 
-async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+async def in_thread(fn: Callable[..., Any], *args: object) -> Any:
     """Await ``fn(*args)``: a coroutine function is awaited, anything else runs in the pool."""
     result = await run_in_threadpool(fn, *args)
     if isinstance(result, Awaitable):
@@ -206,7 +206,7 @@ class BackgroundLoop:
         after ``timeout`` seconds, the coroutine going on)."""
         call = _Handoff(coro)
         self.loop.call_soon_threadsafe(call.start)
-        return call.wait(timeout)  # type: ignore[no-any-return]
+        return call.wait(timeout)
 
     def close(self) -> None:
         with self._lock:

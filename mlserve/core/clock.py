@@ -18,7 +18,7 @@ def when(start: datetime | int) -> str:
     its UTC datetime); a UTC start's second reuses its text (a tuple swap: safe from any
     thread)."""
     global _second
-    if type(start) is int:
+    if isinstance(start, int):  # (a datetime never is one)
         return when_ns(start)
     if start.tzinfo is not UTC:
         return start.isoformat(sep=" ", timespec="microseconds")

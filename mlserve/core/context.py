@@ -57,5 +57,5 @@ class GraphContext:
         self.worker_id = 0
         self.stream = StreamContext()
 
-    def get_param(self, key: str, default: Any = None) -> Any:
+    def get_param(self, key: str, default: object = None) -> Any:
         return self.parameters.get(key, default)

@@ -7,14 +7,24 @@ so a request answered inline pays for no timer (docs/serving.md#limits-and-grace
 from __future__ import annotations
 
 import asyncio
+import asyncio.events
+import asyncio.tasks
 import weakref
-from asyncio.events import _get_running_loop
-from asyncio.tasks import _current_tasks
 from collections.abc import Callable, Coroutine
 from types import CoroutineType, coroutine
 from typing import Any
 
 from mlserve.core.limits import RequestTimeout
+
+# asyncio's private look-ups (C functions and a dict), bound once: typeshed declares no
+# ``_current_tasks``, and a running loop's ``_get_running_loop`` (a coroutine's) never
+# answers None.
+_get_running_loop: Callable[[], asyncio.AbstractEventLoop] = vars(asyncio.events)[
+    "_get_running_loop"
+]
+_current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = vars(asyncio.tasks)[
+    "_current_tasks"
+]
 
 __all__ = ["SWEEP_SECONDS", "with_timeout"]
 
@@ -120,9 +130,10 @@ async def with_timeout(awaitable: Any, seconds: float) -> Any:
 
 
 @coroutine
-def _resumed(coro: Coroutine[Any, Any, Any], waiting: Any) -> Any:
+def _resumed(coro: Coroutine[Any, Any, Any], waiting: object) -> Any:
     """The rest of ``coro``, which suspended on ``waiting`` at its first step: what the
     task sends or throws in (a cancel) goes on to ``coro``, what it yields goes up."""
+    step: Callable[[Any], Any]
     while True:
         try:
             sent = yield waiting

@@ -37,7 +37,7 @@ class ModelGate(InlineRule):
         self._pool = WorkerPool(max_workers=concurrency)
         self._slots: asyncio.Semaphore | None = None
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def run(self, fn: Callable[..., Any], *args: object) -> Any:
         """Run sync ``fn(*args)`` on this model's threads, or answer 429 if its queue is full.
 
         The slot is freed when the call ends, even if the awaiting request timed

@@ -79,7 +79,7 @@ class InlineRule:
         self._samples: list[tuple[int, int]] = []
         self.stalls = 0
 
-    def run_inline(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def run_inline(self, fn: Callable[..., Any], *args: object) -> Any:
         """Run sync ``fn(*args)`` here, on the loop (only while ``inline``), as on a
         thread: with no running loop in sight (so ``asyncio.run`` works as there)."""
         before = resource.getrusage(resource.RUSAGE_THREAD)
@@ -141,16 +141,16 @@ class InlineRule:
             if len(samples) >= WARM_CALLS + LEARN_CALLS and not self._learnt:
                 self._learnt = True
                 learnt = samples[WARM_CALLS : WARM_CALLS + LEARN_CALLS]
-                cpu = statistics.median(c for c, _ in learnt)
+                median = statistics.median(c for c, _ in learnt)
                 waited = min(w for _, w in learnt)
-                self.inline = cpu <= self.inline_ns and waited <= self.inline_ns
+                self.inline = median <= self.inline_ns and waited <= self.inline_ns
                 if self.inline:
                     _gc_clock.install()
                 logger.info(
                     "%s %s: a call takes %.0f us of CPU (median), waits %.0f us or more: %s",
                     self.what,
                     self.name,
-                    cpu / 1000,
+                    median / 1000,
                     waited / 1000,
                     "it runs on the event loop" if self.inline else "it stays on threads",
                 )

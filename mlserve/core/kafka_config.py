@@ -40,12 +40,12 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def consumer_config(brokers: str, group: str, **extra: Any) -> dict[str, Any]:
+def consumer_config(brokers: str, group: str, **extra: object) -> dict[str, Any]:
     """A consumer-group member's librdkafka properties (``extra`` wins)."""
     return {**GROUP_DEFAULTS, **extra, "bootstrap.servers": brokers, "group.id": group}
 
 
-def producer_config(brokers: str, **extra: Any) -> dict[str, Any]:
+def producer_config(brokers: str, **extra: object) -> dict[str, Any]:
     """A producer's librdkafka properties (``extra`` wins)."""
     return {**PRODUCER_DEFAULTS, **extra, "bootstrap.servers": brokers}
 

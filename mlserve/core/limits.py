@@ -127,7 +127,7 @@ def server_limits(args: argparse.Namespace) -> ServerLimits:
         raise SystemExit(f"mlserve serve: {exc}") from None
 
 
-def limits_of(context: Any) -> ServerLimits:
+def limits_of(context: object) -> ServerLimits:
     """The limits of the server a step runs in (the defaults outside a server)."""
     limits = getattr(getattr(context, "server", None), "limits", None)
     return limits if isinstance(limits, ServerLimits) else DEFAULTS

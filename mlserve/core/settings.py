@@ -1,4 +1,4 @@
-"""The network faces' security and limit settings (SPEC S13), in one object.
+"""The network faces' security and limit settings, in one object.
 
 Every value has a documented default (docs/security.md) and comes from a CLI
 flag or its ``MLSERVE_*`` environment variable; the faces (lean HTTP, ASGI,
@@ -48,7 +48,7 @@ class FaceSettings:
         return bool(self.auth_tokens or self.admin_tokens or self.basic_users)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **given: Any) -> FaceSettings:
+    def from_env(cls, env: dict[str, str] | None = None, **given: object) -> FaceSettings:
         """Settings from ``MLSERVE_*`` variables; ``given`` (flags that were set) win."""
         env = dict(os.environ if env is None else env)
         values: dict[str, Any] = {

@@ -65,7 +65,7 @@ def model_file(model_path: str | None, names: Sequence[str]) -> Path:
     raise FileNotFoundError(f"{model_path} holds none of the model files {list(names)}")
 
 
-def check_request(request: Any) -> dict[str, Any]:
+def check_request(request: object) -> dict[str, Any]:
     """A tensor-form request, or a rows-form one whose ``inputs`` is a list."""
     if isinstance(request, InferenceRequest):
         return request
@@ -74,7 +74,9 @@ def check_request(request: Any) -> dict[str, Any]:
     return request
 
 
-def requested_outputs(request: Any, available: Sequence[str], default: Sequence[str]) -> list[str]:
+def requested_outputs(
+    request: object, available: Sequence[str], default: Sequence[str]
+) -> list[str]:
     """The output names a request asks for (``default`` when none); an unknown one is a 400."""
     asked = request.get("outputs") if isinstance(request, dict) else None
     if not asked:

@@ -1,4 +1,5 @@
-"""``ONNXModelServer``: an ONNX model run by ONNX Runtime, served as a ``V2ModelServer`` (S11).
+"""``ONNXModelServer``: an ONNX model run by ONNX Runtime, served as a ``V2ModelServer``
+(docs/frameworks.md#onnx-runtime).
 
 The model is ``model.onnx`` (Triton's name), run in one
 ``onnxruntime.InferenceSession`` (``providers`` parameter, default CPU).
@@ -171,7 +172,7 @@ class ONNXModelServer(V2ModelServer):
             )
         return tensors
 
-    def _cast(self, name: str, value: Any) -> np.ndarray:
+    def _cast(self, name: str, value: object) -> np.ndarray:
         node = self.graph_inputs[name]
         dtype = _element_dtype(node.type)
         if dtype is None:
@@ -191,7 +192,7 @@ class ONNXModelServer(V2ModelServer):
         return array
 
 
-def _str(value: Any) -> str:
+def _str(value: object) -> str:
     """ONNX Runtime's string tensors hold text: bytes must be UTF-8."""
     if not isinstance(value, bytes):
         return str(value)
@@ -209,7 +210,7 @@ def _element_dtype(type_name: str) -> Any:
     return DATATYPES[datatype] if datatype else None
 
 
-def _dense(value: Any, type_name: str) -> np.ndarray:
+def _dense(value: object, type_name: str) -> np.ndarray:
     """An output as an array: a tensor as is, a sequence of maps as ``[rows, keys]``."""
     if isinstance(value, list):
         keys = sorted(value[0]) if value else []

@@ -1,4 +1,5 @@
-"""``SKLearnModelServer``: a pickled scikit-learn estimator served as a ``V2ModelServer`` (S11).
+"""``SKLearnModelServer``: a pickled scikit-learn estimator served as a ``V2ModelServer``
+(docs/frameworks.md#scikit-learn).
 
 The model is ``model.joblib``, ``model.pkl`` or ``model.pickle`` (read with
 ``joblib.load``, which reads plain pickles too). Unpickling runs code: the
@@ -115,7 +116,7 @@ class SKLearnModelServer(V2ModelServer):
         return pd.DataFrame(matrix, columns=self.feature_names)
 
 
-def _has_method(model: Any, name: str) -> bool:
+def _has_method(model: object, name: str) -> bool:
     # a pipeline or SVC(probability=False) exposes predict_proba only when its final step can
     try:
         return callable(getattr(model, name))

@@ -1,4 +1,5 @@
-"""``TFModelServer``: a TensorFlow SavedModel served as a ``V2ModelServer`` (S11).
+"""``TFModelServer``: a TensorFlow SavedModel served as a ``V2ModelServer``
+(docs/tensorflow.md#tfmodelserver).
 
 One SavedModel version, loaded with ``tf.saved_model.load``. Its signatures
 are the model's interface:
@@ -74,7 +75,7 @@ def resolve_saved_model(model_path: str | Path) -> Path:
     return max(versions, key=lambda p: int(p.name))
 
 
-def signature_name_of(request: Any, default: str = DEFAULT_SIGNATURE) -> str:
+def signature_name_of(request: object, default: str = DEFAULT_SIGNATURE) -> str:
     """The signature a request asks for: ``parameters.signature_name``, then ``signature_name``."""
     if not isinstance(request, dict):
         return default
@@ -265,7 +266,7 @@ def _jsonable(array: np.ndarray) -> Any:
     return np.vectorize(_text, otypes=[object])(array).tolist() if array.size else array.tolist()
 
 
-def _text(value: Any) -> Any:
+def _text(value: object) -> Any:
     if not isinstance(value, bytes):
         return value
     try:

@@ -1,4 +1,5 @@
-"""Warm-up: requests run on a freshly loaded version before it is marked ready (S11).
+"""Warm-up: requests run on a freshly loaded version before it is marked ready
+(docs/tensorflow.md#warm-up).
 
 Two sources in the version folder, run in this order when present:
 

@@ -1,4 +1,5 @@
-"""``XGBoostModelServer``: a native XGBoost model served as a ``V2ModelServer`` (S11).
+"""``XGBoostModelServer``: a native XGBoost model served as a ``V2ModelServer``
+(docs/frameworks.md#xgboost).
 
 The model is ``model.json`` or ``model.ubj`` (``Booster.save_model`` or
 ``XGBClassifier/XGBRegressor.save_model``: XGBoost's own formats, no pickle),

@@ -1,5 +1,6 @@
 """``mlserve build``: a serving function as a container and the objects that run
-it on Kubernetes, KServe and nuclio (S12).
+it on Kubernetes, KServe and nuclio
+(docs/deployment.md#mlserve-build-a-container-and-the-objects-that-run-it).
 
 The build folder is a complete Docker build context::
 
@@ -131,7 +132,7 @@ def dockerfile(name: str, options: BuildOptions, has_models: bool) -> str:
         f"# mlserve build: the serving function {name} (V2 protocol on port {options.port})",
         "FROM python:3.11-slim",
         "ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1",
-        "ENV MLSERVE_HIDE_ERRORS=1",  # S13: no exception text to clients (docs/security.md)
+        "ENV MLSERVE_HIDE_ERRORS=1",  # no exception text to clients (docs/security.md#limits)
         f"RUN useradd --create-home --uid {USER_ID} mlserve",
         f"WORKDIR {WORKDIR}",
         "COPY requirements.txt ./",
@@ -347,7 +348,7 @@ def _local_paths(graph: dict[str, Any]) -> dict[Path, Path]:
         for key in PATH_ARGS:
             value = args.get(key)
             local = isinstance(value, str) and "://" not in value and value.strip("./")
-            if local and Path(value).exists():
+            if local and isinstance(value, str) and Path(value).exists():
                 args[key] = relocate(value)
         for child in [*step.get("routes", {}).values(), *step.get("steps", {}).values()]:
             visit(child)

@@ -121,7 +121,7 @@ class LocalDeployment:
 
     def _raise_for_failed_models(self) -> None:
         try:
-            entries = self.invoke("/v2/repository/index", {})
+            entries = self.send("/v2/repository/index", {}, None, None)
         except (OSError, RuntimeError):
             return
         failed = [
@@ -141,15 +141,10 @@ class LocalDeployment:
             return ""
         return "".join(lines[-tail:] if tail else lines)
 
-    def invoke(
-        self,
-        path: str,
-        body: Any = None,
-        method: str | None = None,
-        headers: dict[str, str] | None = None,
+    def send(
+        self, path: str, body: object, method: str | None, headers: dict[str, str] | None
     ) -> Any:
-        """Call the function: a JSON body in, the parsed body out; a status of
-        300 or more raises ``ServingRequestError`` (a RuntimeError) with it."""
+        """``fn.invoke`` over HTTP: a JSON body in (bytes as they are), the parsed body out."""
         data = body if isinstance(body, bytes | None) else dumps(body)
         request = urllib.request.Request(
             f"{self.url}/{path.lstrip('/')}",

@@ -1,5 +1,5 @@
 """The serving function: what a user builds in a notebook, tests in-process,
-exports, and deploys (S6).
+exports, and deploys (docs/notebooks.md).
 
     fn = mlserve.new_function("f")
     fn.add_model("m1", model_path=".", class_name=MyModel, multiplier=100)
@@ -121,7 +121,7 @@ class ServingFunction:
         class_name: str | type | Any = None,
         engine: str | None = None,
         exist_ok: bool = False,
-        **class_args: Any,
+        **class_args: object,
     ) -> BaseStep:
         """Set the graph's root: a router (``class_name`` picks the router class,
         or an instance such as ``VotingEnsemble(...)``) or a flow of steps.
@@ -159,7 +159,7 @@ class ServingFunction:
         handler: str | None = None,
         router_step: str | None = None,
         child_function: str | None = None,
-        **class_args: Any,
+        **class_args: object,
     ) -> TaskStep:
         """Add a model (a route) to the function's router.
 
@@ -195,7 +195,7 @@ class ServingFunction:
         find = getattr(graph, "find_router", None)
         if find is None:
             raise ValueError("the graph has no router to add a model to")
-        return find(router_step)  # type: ignore[no-any-return]
+        return find(router_step)
 
     def set_tracking(
         self,
@@ -205,7 +205,8 @@ class ServingFunction:
         stream_args: dict[str, Any] | None = None,
         enable_tracking: bool = True,
     ) -> None:
-        """Log every prediction to a stream and register the models as endpoints (S8, S9)."""
+        """Log every prediction to a stream and register the models as endpoints
+        (docs/monitoring.md)."""
         self.spec.track_models = enable_tracking
         tracking = {
             "enable_tracking": enable_tracking,
@@ -252,7 +253,7 @@ class ServingFunction:
         namespace: dict[str, Any] | None = None,
         current_function: str = "*",
         track_models: bool = False,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> GraphServer:
         """An in-process server of this function, ready for ``test()``."""
         server = self.to_graph_server(
@@ -309,16 +310,18 @@ class ServingFunction:
     def invoke(
         self,
         path: str,
-        body: Any = None,
+        body: object = None,
         method: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        """Call the deployed function (JSON in, parsed body out; errors raise with the status)."""
+        """Call the deployed function (JSON in, parsed body out); a status of 300 or more
+        raises ``ServingRequestError`` (a RuntimeError) with it. The only ``invoke``: the
+        deployment (a local server process, or the mock server) just sends."""
         if self._deployment is None:
             raise RuntimeError(
                 f"function {self.metadata.name} is not deployed, call fn.deploy() first"
             )
-        return self._deployment.invoke(path, body, method, headers)
+        return self._deployment.send(path, body, method, headers)
 
     def stop(self) -> None:
         """Stop the local deployment, if any (it also stops at interpreter exit)."""
@@ -377,7 +380,7 @@ class ServingFunction:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     def to_nuclio_config(self) -> dict[str, Any]:
-        """A nuclio function config running this function in nuclio's Python runtime (S12)."""
+        """A nuclio function config running this function in nuclio's Python runtime."""
         from mlserve.function.nuclio_config import function_config
 
         return function_config(self)
@@ -461,7 +464,7 @@ def code_to_function(
     project: str = "default",
     tag: str = "",
     requirements: list[str] | None = None,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> ServingFunction:
     """A serving function whose code is a ``.py`` file or a notebook (``.ipynb``,
     its code cells as the ``# mlrun:``/``# mlserve:`` markers select them).

@@ -23,14 +23,10 @@ class MockDeployment:
         self.server = server
         self.url = ""
 
-    def invoke(
-        self,
-        path: str,
-        body: Any = None,
-        method: str | None = None,
-        headers: dict[str, str] | None = None,
+    def send(
+        self, path: str, body: object, method: str | None, headers: dict[str, str] | None
     ) -> Any:
-        """The parsed answer; a status of 300 or more raises ``ServingRequestError``."""
+        """``fn.invoke`` through ``test()``: the parsed answer."""
         return self.server.test(path, body, method=method or "", headers=headers)
 
     def stop(self) -> None:

@@ -1,4 +1,4 @@
-"""Run a serving function in nuclio's Python runtime (S12).
+"""Run a serving function in nuclio's Python runtime (docs/deployment.md).
 
 nuclio calls ``init_context(context)`` once per worker, then
 ``handler(context, event)`` for each event. The function to serve comes from
@@ -73,7 +73,7 @@ def load_function() -> ServingFunction:
     return import_function(path)
 
 
-def init_context(context: Any, namespace: dict[str, Any] | None = None) -> None:
+def init_context(context: nuclio_sdk.Context, namespace: dict[str, Any] | None = None) -> None:
     """Build the graph server once per nuclio worker; it lives on ``context.user_data``.
 
     ``namespace``: where class names resolve (the handler module's globals, when
@@ -86,13 +86,13 @@ def init_context(context: Any, namespace: dict[str, Any] | None = None) -> None:
     context.user_data.mlserve_server = server
 
 
-def handler(context: Any, event: Any) -> nuclio_sdk.Response:
+def handler(context: nuclio_sdk.Context, event: nuclio_sdk.Event) -> nuclio_sdk.Response:
     """Answer one nuclio event through the graph server."""
     server: GraphServer = context.user_data.mlserve_server
     return _to_nuclio(server.run(to_event(event)))
 
 
-def to_event(event: Any) -> Event:
+def to_event(event: nuclio_sdk.Event) -> Event:
     """A nuclio event as mlserve's Event; a stream trigger's path is reset to ``/``."""
     trigger = getattr(event, "trigger", None)
     kind = str(getattr(trigger, "kind", "") or "")

@@ -1,4 +1,4 @@
-"""The nuclio function config of a serving function (S12), written without
+"""The nuclio function config of a serving function (docs/deployment.md), written without
 importing the runtime that will run it (``mlserve.runtimes.nuclio``).
 
 The config is complete for nuclio's build: a base image, the ``pip install``
@@ -52,7 +52,7 @@ def handler_module(source: str) -> str:
     return source.rstrip() + "\n" + _FOOTER if source.strip() else _FOOTER.lstrip()
 
 
-def local_model_paths(graph: Any) -> dict[str, str]:
+def local_model_paths(graph: object) -> dict[str, str]:
     """Route or step name → model path that exists only on this machine."""
     found = {}
     for step in iter_steps(graph):

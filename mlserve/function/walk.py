@@ -8,7 +8,7 @@ from typing import Any
 __all__ = ["classes_in_main", "iter_steps"]
 
 
-def iter_steps(step: Any) -> Iterator[Any]:
+def iter_steps(step: object) -> Iterator[Any]:
     """``step`` and, depth first, its routes and the steps of its flows."""
     if step is None:
         return
@@ -17,7 +17,7 @@ def iter_steps(step: Any) -> Iterator[Any]:
         yield from iter_steps(child)
 
 
-def classes_in_main(graph: Any) -> list[type]:
+def classes_in_main(graph: object) -> list[type]:
     """The classes the graph uses that live in ``__main__`` (a notebook, a script)."""
     found: dict[type, None] = {}
     for step in iter_steps(graph):

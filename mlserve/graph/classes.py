@@ -42,7 +42,7 @@ def resolve_class(name: str | type, namespace: dict[str, Any] | None = None) -> 
     raise ValueError(f"'{name}' is not in the namespace, and not an importable dotted name")
 
 
-def construct(cls: type, kwargs: dict[str, Any], **injected: Any) -> Any:
+def construct(cls: type, kwargs: dict[str, Any], **injected: object) -> Any:
     """Instantiate ``cls`` with ``kwargs``, adding each injected argument
     (``context``, ``name``, ...) only when the constructor accepts it."""
     try:

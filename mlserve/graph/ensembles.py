@@ -1,5 +1,5 @@
 """Routers that run every route: ``ParallelRun`` merges their results,
-``VotingEnsemble`` votes on their predictions (S5).
+``VotingEnsemble`` votes on their predictions (docs/graphs.md#ensembles-and-parallel-runs).
 
     fn.set_topology("router", class_name=VotingEnsemble(weights={"m1": 2, "m2": 1}))
     fn.add_model("m1", class_name=M1)
@@ -29,7 +29,7 @@ import numpy as np
 
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event, Response
-from mlserve.graph.routers import VERSIONED_PATH, BaseModelRouter, run_sync
+from mlserve.graph.routers import VERSIONED_PATH, BaseModelRouter, RouteRun, run_sync
 from mlserve.protocol.errors import InvalidInput, ModelNotFound
 from mlserve.protocol.forms import build_outputs, decode_request, is_tensor_inputs
 from mlserve.protocol.tensors import decode_tensor
@@ -70,7 +70,7 @@ def _run_in_process(
     key: str,
     struct: dict[str, Any],
     parameters: dict[str, Any],
-    body: Any,
+    body: object,
     path: str,
     method: str,
 ) -> Any:
@@ -176,10 +176,10 @@ class ParallelRun(BaseModelRouter):
         futures = {key: self._submit(key, route, event) for key, route in self.routes.items()}
         if run is run_sync:
             return {key: future.result() for key, future in futures.items()}
-        results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures.values()))
-        return dict(zip(futures, results, strict=True))
+        answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures.values()))
+        return dict(zip(futures, answers, strict=True))
 
-    async def route_event(self, event: Event, path: str, run: Callable[..., Any]) -> Event:
+    async def route_event(self, event: Event, path: str, run: RouteRun) -> Event:
         results = await self.run_routes(event, run)
         merged = dict(event.body) if self.extend_event and isinstance(event.body, dict) else {}
         for key, result in results.items():
@@ -280,7 +280,7 @@ class VotingEnsemble(ParallelRun):
     def list_models(self) -> dict[str, Any]:
         return {"models": [*self.routes, self.name], "weights": self.weights}
 
-    async def route_event(self, event: Event, path: str, run: Callable[..., Any]) -> Event:
+    async def route_event(self, event: Event, path: str, run: RouteRun) -> Event:
         target, op = self._target(event, path)
         if target is None and op is None:
             event.terminated = True
@@ -288,11 +288,11 @@ class VotingEnsemble(ParallelRun):
             return event
         if target is not None:
             event.path = op or ""
-            return await run(self.routes[target], event)  # type: ignore[no-any-return]
+            return await run(self.routes[target], event)
         if event.method == "GET" and not op:
             event.body = await self._metadata(event, run)
             return event
-        if event.method == "GET" and op == "ready":  # ready when every voter is (S4)
+        if event.method == "GET" and op == "ready":  # ready when every voter is
             ready = self.is_ready()
             event.body = Response({"name": self.name, "ready": ready}, 200 if ready else 503)
             return event
@@ -325,7 +325,7 @@ class VotingEnsemble(ParallelRun):
         )
 
     def get_metadata(self) -> dict[str, Any]:
-        """The ensemble as a model (S4): its tensors are those its models declare."""
+        """The ensemble as a model: its tensors are those its models declare."""
         metadata: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
@@ -380,7 +380,7 @@ class VotingEnsemble(ParallelRun):
         self._log(start, clock, body, event.body, op)
         return event
 
-    def _predictions(self, response: Any) -> Any:
+    def _predictions(self, response: object) -> Any:
         outputs = response.get("outputs") if isinstance(response, dict) else None
         if isinstance(outputs, dict):
             if self.prediction_col_name not in outputs:
@@ -410,7 +410,7 @@ class VotingEnsemble(ParallelRun):
         return np.asarray([_weighted_vote(column, weights) for column in predictions.astype(int).T])
 
     def _response(
-        self, request: dict[str, Any], votes: np.ndarray, event_id: Any, by_column: bool
+        self, request: dict[str, Any], votes: np.ndarray, event_id: object, by_column: bool
     ) -> dict[str, Any]:
         """The vote as a model's answer; keyed by ``prediction_col_name`` when the
         flag asks or the models answered by column (as mlrun)."""
@@ -425,7 +425,9 @@ class VotingEnsemble(ParallelRun):
             response["outputs"] = votes.tolist()
         return response
 
-    def _log(self, start: datetime, clock: float, request: Any, response: Any, op: str) -> None:
+    def _log(
+        self, start: datetime, clock: float, request: object, response: object, op: str
+    ) -> None:
         """A model-log record of the ensemble itself, when monitoring is on."""
         model_logger = getattr(self, "model_logger", None)
         if model_logger is not None:

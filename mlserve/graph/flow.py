@@ -1,4 +1,4 @@
-"""Flows: steps wired into a DAG with ``.to()`` / ``after=`` (S5).
+"""Flows: steps wired into a DAG with ``.to()`` / ``after=`` (docs/graphs.md#a-flow-of-steps).
 
     graph = fn.set_topology("flow", engine="sync")
     graph.to(name="prep", handler="prep").to("*", name="router").to(name="post", handler="(event)")
@@ -26,7 +26,7 @@ from mlserve.graph.classes import class_reference
 from mlserve.graph.plot import plot_graph
 from mlserve.graph.queues import QueueStep
 from mlserve.graph.routers import BaseModelRouter
-from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict, step_kinds
+from mlserve.graph.steps import BaseStep, ParentStep, RouterStep, TaskStep, step_kinds
 
 __all__ = [
     "ENGINES",
@@ -79,7 +79,7 @@ class ErrorStep(TaskStep):
         self.base_step = base_step
 
 
-def _default_name(class_name: Any, handler: Any) -> str:
+def _default_name(class_name: object, handler: object) -> str:
     if isinstance(class_name, str) and class_name not in ("*", *QUEUE_CLASSES):
         return class_name.lstrip("*").rpartition(".")[2]
     if isinstance(class_name, type):
@@ -93,7 +93,7 @@ def _default_name(class_name: Any, handler: Any) -> str:
     raise ValueError("the step needs a name= (it cannot be taken from its class or handler)")
 
 
-def _instance_name(obj: Any) -> str:
+def _instance_name(obj: object) -> str:
     """mlrun's name of a step given as an object: its own name (as its
     ``to_dict()`` says), else its dotted class name."""
     name = getattr(obj, "name", None)
@@ -116,7 +116,7 @@ def make_step(
     """A step from ``to()`` / ``add_step()`` arguments: ``"*Cls"`` is a router,
     ``">>"`` / ``"$queue"`` a queue, a step object is itself, anything else a task."""
     args = dict(class_args or {})
-    paths = {"input_path": input_path, "result_path": result_path}
+    paths: dict[str, Any] = {"input_path": input_path, "result_path": result_path}
     if isinstance(class_name, BaseStep):
         step: BaseStep = class_name
     elif class_name in QUEUE_CLASSES or graph_shape == "queue":
@@ -145,7 +145,7 @@ def make_step(
     return step
 
 
-def _is_router(class_name: Any) -> bool:
+def _is_router(class_name: object) -> bool:
     if isinstance(class_name, str):
         return class_name.startswith("*")
     if isinstance(class_name, type):
@@ -156,14 +156,14 @@ def _is_router(class_name: Any) -> bool:
 def add_error_handler(
     step: BaseStep,
     name: str | None,
-    class_name: Any,
-    handler: Any,
+    class_name: object,
+    handler: object,
     before: str | None,
     function: str | None = None,
     full_event: bool | None = None,
     input_path: str | None = None,
     result_path: str | None = None,
-    **class_args: Any,
+    **class_args: object,
 ) -> BaseStep:
     """``step.error_handler(...)`` / ``graph.error_handler(...)``; returns ``step``."""
     if not (class_name or handler):
@@ -210,11 +210,12 @@ def snapshot(event: Event) -> Event:
 
 
 @step_kinds.register
-class FlowStep(BaseStep):
+class FlowStep(ParentStep):
     """Steps wired into a graph; a nested flow runs its steps as one path."""
 
     kind = "flow"
     fields = ("steps", "engine", "on_error", *BaseStep.fields)
+    children_field = "steps"
 
     def __init__(
         self,
@@ -247,18 +248,6 @@ class FlowStep(BaseStep):
     def __contains__(self, name: str) -> bool:
         return name in self._steps
 
-    def _field_value(self, field: str) -> Any:
-        if field == "steps":
-            return {key: step.to_dict() for key, step in self._steps.items()}
-        return super()._field_value(field)
-
-    def _set_field(self, field: str, value: Any) -> None:
-        if field == "steps":
-            for key, struct in value.items():
-                self._put(key, step_from_dict(struct, name=key))
-        else:
-            super()._set_field(field, value)
-
     def _put(self, key: str, step: BaseStep) -> BaseStep:
         step.name = key
         step._parent = self
@@ -269,9 +258,9 @@ class FlowStep(BaseStep):
 
     def to(
         self,
-        class_name: Any = None,
+        class_name: object = None,
         name: str | None = None,
-        handler: Any = None,  # type: ignore[override]
+        handler: object = None,
         graph_shape: str | None = None,
         function: str | None = None,
         full_event: bool | None = None,
@@ -294,9 +283,9 @@ class FlowStep(BaseStep):
 
     def add_step(
         self,
-        class_name: Any = None,
+        class_name: object = None,
         name: str | None = None,
-        handler: Any = None,
+        handler: object = None,
         after: str | list[str] | None = None,
         before: str | None = None,
         graph_shape: str | None = None,
@@ -304,7 +293,7 @@ class FlowStep(BaseStep):
         full_event: bool | None = None,
         input_path: str | None = None,
         result_path: str | None = None,
-        **class_args: Any,
+        **class_args: object,
     ) -> BaseStep:
         """Add a step after ``after`` (names, or ``"$prev"`` for the last added step)
         and before ``before``; without either it starts the flow."""
@@ -385,8 +374,8 @@ class FlowStep(BaseStep):
     def error_handler(
         self,
         name: str | None = None,
-        class_name: Any = None,
-        handler: Any = None,
+        class_name: object = None,
+        handler: object = None,
         before: str | None = None,
         **kwargs: Any,
     ) -> BaseStep:
@@ -397,8 +386,8 @@ class FlowStep(BaseStep):
         self,
         step: BaseStep,
         name: str | None,
-        class_name: Any,
-        handler: Any,
+        class_name: object,
+        handler: object,
         before: str | None,
         **kwargs: Any,
     ) -> BaseStep:
@@ -427,14 +416,14 @@ class FlowStep(BaseStep):
         format: str | None = None,
         source: str | None = None,
         targets: list[str] | None = None,
-        **kw: Any,
+        **kw: object,
     ) -> Any:
         """Draw the graph with graphviz (to ``filename`` when given); returns the Digraph."""
         return plot_graph(self, filename, format, source, targets, **kw)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, Any]:
         """Show the graph as a picture in Jupyter."""
-        return self.plot()._repr_mimebundle_(include, exclude)  # type: ignore[no-any-return]
+        return self.plot()._repr_mimebundle_(include, exclude)
 
     # ---- runtime ---------------------------------------------------------------------
 
@@ -447,7 +436,7 @@ class FlowStep(BaseStep):
         context: GraphContext,
         namespace: dict[str, Any] | None,
         mode: str = "sync",
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.context = context
         self._local = self._local_steps(context)
@@ -615,7 +604,7 @@ class RootFlowStep(FlowStep):
         context: GraphContext,
         namespace: dict[str, Any] | None,
         mode: str = "sync",
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine '{self.engine}', use one of {ENGINES}")
@@ -628,7 +617,7 @@ class RootFlowStep(FlowStep):
 
     async def run_async(self, event: Event) -> Event:
         if self._engine is not None:
-            return await self._engine.run_async(event)  # type: ignore[no-any-return]
+            return await self._engine.run_async(event)
         return await run_in_threadpool(self.run, event)
 
     def wait_for_completion(self) -> None:

@@ -101,7 +101,7 @@ class _HttpStep:
         backoff_factor: float | None = None,
         timeout: float | None = None,
         name: str | None = None,
-        context: Any = None,
+        context: object = None,
         full_event: bool | None = None,  # given by graphs; the step always sends the body
     ) -> None:
         if retries is not None and retries < 0:
@@ -161,7 +161,7 @@ class _HttpStep:
         if not (self._endpoint or self._url_of):
             raise ValueError(f"step '{self.name}' needs a url or a url_expression")
 
-    def _request(self, event: Event, body: Any) -> tuple[str, str, dict[str, str], Any]:
+    def _request(self, event: Event, body: object) -> tuple[str, str, dict[str, str], Any]:
         """``(method, url, headers, data)`` for one body of ``event``."""
         method = (self.method or event.method or "POST").upper()
         headers = dict(self.headers or {})
@@ -191,7 +191,7 @@ class _HttpStep:
         method: str,
         url: str,
         headers: dict[str, str],
-        data: Any,
+        data: object,
     ) -> Any:
         """One request with retries: the decoded answer, or an error saying why not."""
         retries = DEFAULT_RETRIES if self.retries is None else self.retries
@@ -308,7 +308,7 @@ def _compile(expression: str, scope: dict[str, Any], step: str | None) -> Callab
     except SyntaxError as exc:
         raise ValueError(f"bad expression {expression!r}: {exc}") from exc
 
-    def evaluate(body: Any) -> Any:
+    def evaluate(body: object) -> Any:
         try:
             return fn(body)
         except (KeyError, IndexError, TypeError, AttributeError) as exc:

@@ -36,7 +36,7 @@ class _Parts:
 
     __slots__ = ("items", "late")
 
-    def __init__(self, item: Any) -> None:
+    def __init__(self, item: object) -> None:
         self.items = [item]
         self.late = False
 
@@ -51,9 +51,9 @@ class Merge:
         max_behind: int | None = None,
         expected_num_events: int | None = None,
         name: str | None = None,
-        context: Any = None,
-        graph_step: Any = None,
-        **kwargs: Any,
+        context: object = None,
+        graph_step: object = None,
+        **kwargs: object,
     ) -> None:
         if max_behind is not None and max_behind < 1:
             raise ValueError(f"max_behind must be 1 or more, got {max_behind}")
@@ -95,7 +95,7 @@ class Merge:
             expression = f"lambda event: {self.key_path}"
             self._key_of = eval(expression, {}, {})  # noqa: S307 - the user's own graph
 
-    def get_join_key(self, item: Any) -> Any:
+    def get_join_key(self, item: object) -> Any:
         """The key that joins the parts (override for custom logic)."""
         return self._key_of(item)
 
@@ -114,14 +114,14 @@ class Merge:
         if merged is None:
             return None
         if self.full_event:
-            return merged  # type: ignore[no-any-return]
+            return merged
         event.body = merged
         return event
 
     async def do_event_async(self, event: Event) -> Event | None:
         return self.do_event(event)
 
-    def _merge(self, item: Any) -> Any:
+    def _merge(self, item: object) -> Any:
         if self._uplinks <= 1:
             return item
         key = self.get_join_key(item)

@@ -1,4 +1,4 @@
-"""Pictures of a serving graph, drawn with graphviz (S5).
+"""Pictures of a serving graph, drawn with graphviz (docs/graphs.md).
 
     graph.plot("graph.svg")          # or fn.plot(...); format from the suffix, else svg
     graph                            # in Jupyter: shows itself
@@ -114,7 +114,7 @@ def _add_edges(dot: Any, entry: str, graph: Any, steps: dict[str, Any], targets:
 
 
 def plot_graph(
-    graph: Any,
+    graph: object,
     filename: str | None = None,
     format: str | None = None,
     source: str | None = None,

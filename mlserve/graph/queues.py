@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
 from mlserve.core.aio import run_in_threadpool
@@ -26,6 +26,9 @@ from mlserve.core.events import Event, Trigger
 from mlserve.graph.steps import BaseStep, step_kinds
 from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.tensors import dumps, loads
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError
 
 __all__ = ["KafkaTarget", "QueueConsumer", "QueueStep", "find_queue"]
 
@@ -67,7 +70,7 @@ class QueueStep(BaseStep):
         retention_in_hours: int | None = None,
         trigger_args: dict[str, Any] | None = None,
         function: str | None = None,
-        **options: Any,
+        **options: object,
     ) -> None:
         super().__init__(name, after)
         self.path = path
@@ -80,7 +83,7 @@ class QueueStep(BaseStep):
         self._target: KafkaTarget | None = None
 
     def to(
-        self, class_name: Any = None, name: str | None = None, handler: Any = None, **kwargs: Any
+        self, class_name: Any = None, name: str | None = None, handler: Any = None, **kwargs: object
     ) -> BaseStep:
         """The step after a queue runs in the function that reads it: it must name one."""
         if not kwargs.get("function"):
@@ -101,7 +104,7 @@ class QueueStep(BaseStep):
         context: GraphContext,
         namespace: dict[str, Any] | None,
         mode: str = "sync",
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         super().init_object(context, namespace, mode)
         self._target = self.target()
@@ -118,10 +121,13 @@ class QueueStep(BaseStep):
         if self._target is None:
             return event
         record = {"id": event.id, "body": event.body, "path": event.path}
-        errors: list[Any] = []
-        self._producer.produce(
-            self._target.topic, dumps(record), on_delivery=lambda e, _m: e and errors.append(e)
-        )
+        errors: list[KafkaError] = []
+
+        def on_delivery(error: KafkaError | None, _message: object) -> None:
+            if error:
+                errors.append(error)
+
+        self._producer.produce(self._target.topic, dumps(record), on_delivery=on_delivery)
         if self._producer.flush(SEND_TIMEOUT_SECONDS) or errors:
             raise RuntimeError(f"queue '{self.name}': event not delivered: {errors or 'timeout'}")
         event.terminated = True
@@ -139,7 +145,7 @@ class QueueStep(BaseStep):
             producer.flush(SEND_TIMEOUT_SECONDS)
 
 
-def find_queue(graph: Any, function: str | None) -> QueueStep:
+def find_queue(graph: object, function: str | None) -> QueueStep:
     """The Kafka queue that feeds ``function``'s steps in ``graph``."""
     steps = getattr(graph, "steps", {})
     for step in steps.values():

@@ -74,7 +74,7 @@ class RemoteModel(V2ModelServer):
     async def do_event_async(self, event: Event) -> Event:
         return await run_in_threadpool(self.do_event, event)
 
-    def do_event(self, event: Event, *args: Any, **kwargs: Any) -> Event:
+    def do_event(self, event: Event, *args: object, **kwargs: object) -> Event:
         """Forward the event; its body becomes the remote answer."""
         op = (event.path or "").strip("/")
         path = f"{self._prefix}/{op}" if op else self._prefix
@@ -117,7 +117,7 @@ class RemoteModel(V2ModelServer):
         return response.status, data
 
 
-def _encode(body: Any) -> tuple[bytes | None, dict[str, str]]:
+def _encode(body: object) -> tuple[bytes | None, dict[str, str]]:
     if body is None:
         return None, {}
     if isinstance(body, bytes | bytearray):

@@ -1,4 +1,5 @@
-"""Routers: which route (model) handles an event, by the URL grammar of S4.
+"""Routers: which route (model) handles an event, by the URL grammar of
+docs/serving.md#the-url-surface.
 
 GET  /, /v2/health               router metadata
 GET  /v2/health/live | ready     liveness, readiness of every model
@@ -11,9 +12,9 @@ POST /  {"model": "m[:v]", ...}  stream form: routed by the body
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from mlserve.core.aio import drive
 from mlserve.core.context import GraphContext
@@ -50,8 +51,21 @@ def sorted_versions(versions: list[str]) -> list[str]:
     return sorted(versions)
 
 
+class Route(Protocol):
+    """A router's route (a step): its sync and async API."""
+
+    def run(self, event: Event) -> Event: ...
+
+    async def run_async(self, event: Event) -> Event: ...
+
+
+# How a route is run for the router: through its sync API, or its async one.
+RouteRun = Callable[[Route, Event], Awaitable[Event]]
+
+
 class BaseModelRouter:
-    """The URL grammar of S4; subclasses choose the route (``select``)."""
+    """The URL grammar (docs/serving.md#the-url-surface); subclasses choose the route
+    (``select``)."""
 
     # A router of no models answers nothing: it refuses to start (a repository's
     # router, whose models come and go at run time, does not need any).
@@ -67,7 +81,7 @@ class BaseModelRouter:
         health_prefix: str | None = None,
         input_path: str | None = None,
         result_path: str | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.context = context or GraphContext()
         self.name = name
@@ -163,14 +177,14 @@ class BaseModelRouter:
     def postprocess(self, event: Event) -> Event:
         return event
 
-    def do_event(self, event: Event, *args: Any, **kwargs: Any) -> Event:
+    def do_event(self, event: Event, *args: object, **kwargs: object) -> Event:
         """Handle an event synchronously: routes run through their sync API."""
         return drive(self._handle(event, run_sync))
 
     async def do_event_async(self, event: Event) -> Event:
         return await self._handle(event, _run_async)
 
-    async def _handle(self, event: Event, run: Any) -> Event:
+    async def _handle(self, event: Event, run: RouteRun) -> Event:
         event = self.preprocess(event)
         path = (event.path or "/").rstrip("/") or "/"
         if event.body is not None and event.method != "GET":
@@ -188,16 +202,16 @@ class BaseModelRouter:
             event.body = set_path(original, self._result_path, event.body)
         return event
 
-    async def route_event(self, event: Event, path: str, run: Any) -> Event:
+    async def route_event(self, event: Event, path: str, run: RouteRun) -> Event:
         raise NotImplementedError
 
 
-async def run_sync(route: Any, event: Event) -> Event:
-    return route.run(event)  # type: ignore[no-any-return]
+async def run_sync(route: Route, event: Event) -> Event:
+    return route.run(event)
 
 
-async def _run_async(route: Any, event: Event) -> Event:
-    return await route.run_async(event)  # type: ignore[no-any-return]
+async def _run_async(route: Route, event: Event) -> Event:
+    return await route.run_async(event)
 
 
 VERSIONED_PATH = re.compile(r"^(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?(?:/(?P<op>.*))?$")
@@ -220,7 +234,7 @@ def _route_of(prefix: str, path: str) -> tuple[str, str] | None:
 class ModelRouter(BaseModelRouter):
     """Routes ``/v2/models/<m>[/versions/<v>]/<op>`` (or a body's ``model``) to a model."""
 
-    async def route_event(self, event: Event, path: str, run: Any) -> Event:
+    async def route_event(self, event: Event, path: str, run: RouteRun) -> Event:
         resolved = self.select(event, path)
         if resolved is None:
             event.terminated = True
@@ -228,7 +242,7 @@ class ModelRouter(BaseModelRouter):
             return event
         key, route, op = resolved
         event.path = op
-        return await run(route, event)  # type: ignore[no-any-return]
+        return await run(route, event)
 
     def select(self, event: Event, path: str) -> tuple[str, Any, str] | None:
         """``(route key, route, operation path)``; None asks for the listing."""

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_ALLOWED_STEPS",
     "MAX_ROUTES",
     "BaseStep",
+    "ParentStep",
     "RouterStep",
     "StepKinds",
     "TaskStep",
@@ -75,6 +76,7 @@ class BaseStep:
 
     kind: ClassVar[str] = "base"
     fields: ClassVar[tuple[str, ...]] = ("after", "function", "comment")
+    responder: bool | None  # set by respond() (a task step takes it as an argument)
 
     def __init__(self, name: str | None = None, after: list[str] | None = None) -> None:
         self.name = name
@@ -111,7 +113,7 @@ class BaseStep:
                 step._set_field(field, struct[field])
         return step
 
-    def _set_field(self, field: str, value: Any) -> None:
+    def _set_field(self, field: str, value: object) -> None:
         setattr(self, field, value)
 
     # ---- runtime -------------------------------------------------------------
@@ -121,7 +123,7 @@ class BaseStep:
         context: GraphContext,
         namespace: dict[str, Any] | None,
         mode: str = "sync",
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         """Build the live object of this step."""
         self.context = context
@@ -136,7 +138,11 @@ class BaseStep:
     # ---- building a flow (mlserve.graph.flow) ---------------------------------
 
     def to(
-        self, class_name: Any = None, name: str | None = None, handler: Any = None, **kwargs: Any
+        self,
+        class_name: object = None,
+        name: str | None = None,
+        handler: object = None,
+        **kwargs: Any,
     ) -> BaseStep:
         """Add the next step after this one, in this step's flow; returns the new step."""
         return self._flow().add_step(class_name, name, handler, after=self.name, **kwargs)
@@ -170,16 +176,14 @@ class BaseStep:
     def error_handler(
         self,
         name: str | None = None,
-        class_name: Any = None,
-        handler: Any = None,
+        class_name: object = None,
+        handler: object = None,
         before: str | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> BaseStep:
         """Run a step when this one fails; it receives ``event.error`` and
         ``event.origin_state``."""
-        return self._flow().error_handler_for(  # type: ignore[no-any-return]
-            self, name, class_name, handler, before, **kwargs
-        )
+        return self._flow().error_handler_for(self, name, class_name, handler, before, **kwargs)
 
     def iter_models(self) -> Iterator[Any]:
         """The model objects (``V2ModelServer``) in and below this step."""
@@ -194,6 +198,29 @@ class BaseStep:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"
+
+
+class ParentStep(BaseStep):
+    """A step holding child steps by key (a flow's ``steps``, a router's ``routes``): its
+    ``to_dict()`` nests theirs, and ``from_dict()`` rebuilds them and hands each to ``_put``,
+    which checks and adopts it as adding one by hand does."""
+
+    children_field: ClassVar[str]
+
+    def _put(self, key: str, step: BaseStep) -> BaseStep:
+        raise NotImplementedError
+
+    def _field_value(self, field: str) -> Any:
+        if field == self.children_field:
+            return {key: child.to_dict() for key, child in getattr(self, field).items()}
+        return super()._field_value(field)
+
+    def _set_field(self, field: str, value: Any) -> None:
+        if field == self.children_field:
+            for key, struct in value.items():
+                self._put(key, step_from_dict(struct, name=key))
+        else:
+            super()._set_field(field, value)
 
 
 @step_kinds.register
@@ -299,11 +326,11 @@ class TaskStep(BaseStep):
         goes through no frame of the step's (unless a subclass has its own)."""
         cls = type(self)
         if cls.run is TaskStep.run and cls.run_async is TaskStep.run_async:
-            self.run, self.run_async = self._run_sync, self._call  # type: ignore[method-assign]
+            self.run, self.run_async = self._run_sync, self._call  # type: ignore[method-assign,assignment]
 
     async def run_async(self, event: Event) -> Event:
         assert self._call is not None, f"step '{self.name}' is not initialised"
-        return await self._call(event)  # type: ignore[no-any-return]
+        return await self._call(event)
 
     def run(self, event: Event) -> Event:
         """Handle an event synchronously: models and routers through their sync ``do_event``."""
@@ -315,7 +342,7 @@ class TaskStep(BaseStep):
             yield self._object
 
 
-def _instance_args(obj: Any) -> dict[str, Any]:
+def _instance_args(obj: object) -> dict[str, Any]:
     """The class_args that rebuild an instance given as ``class_name``."""
     to_args = getattr(obj, "to_class_args", None)
     if to_args is not None:
@@ -324,12 +351,12 @@ def _instance_args(obj: Any) -> dict[str, Any]:
     return dict(to_dict().get("class_args") or {}) if to_dict is not None else {}
 
 
-def _object_path(obj: Any, key: str) -> str | None:
+def _object_path(obj: object, key: str) -> str | None:
     """An object's ``input_path``/``result_path`` (public, or mlrun's private ``_`` form)."""
     return getattr(obj, key, None) or getattr(obj, f"_{key}", None)
 
 
-def _adopt(obj: Any, context: GraphContext, name: str | None, step: Any = None) -> None:
+def _adopt(obj: object, context: GraphContext, name: str | None, step: object = None) -> None:
     """Give an instance built by the user the graph's context, its route name
     and the step's paths (mlrun builds the object again with them)."""
     if hasattr(obj, "context"):
@@ -347,11 +374,12 @@ def _adopt(obj: Any, context: GraphContext, name: str | None, step: Any = None) 
 
 
 @step_kinds.register
-class RouterStep(TaskStep):
+class RouterStep(ParentStep, TaskStep):
     """A router of routes (models), ``ModelRouter`` by default."""
 
     kind = "router"
     fields = ("routes", *TaskStep.fields)
+    children_field = "routes"
 
     def __init__(
         self,
@@ -390,17 +418,8 @@ class RouterStep(TaskStep):
         for key, route in routes.items():
             self.add_route(key, route)
 
-    def _field_value(self, field: str) -> Any:
-        if field == "routes":
-            return {key: route.to_dict() for key, route in self._routes.items()}
-        return super()._field_value(field)
-
-    def _set_field(self, field: str, value: Any) -> None:
-        if field == "routes":
-            for key, route in value.items():
-                self.add_route(key, step_from_dict(route, name=key))
-        else:
-            super()._set_field(field, value)
+    def _put(self, key: str, step: BaseStep) -> BaseStep:
+        return self.add_route(key, step)  # type: ignore[arg-type]
 
     def add_route(
         self,
@@ -409,7 +428,7 @@ class RouterStep(TaskStep):
         class_name: str | type | Any = None,
         handler: str | None = None,
         function: str | None = None,
-        **class_args: Any,
+        **class_args: object,
     ) -> TaskStep:
         """Add (or replace) the route ``key``: a step, or a class with its args."""
         if key not in self._routes and len(self._routes) >= MAX_ROUTES:
@@ -433,7 +452,7 @@ class RouterStep(TaskStep):
         context: GraphContext,
         namespace: dict[str, Any] | None,
         mode: str = "sync",
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.context = context
         for route in self._routes.values():

@@ -101,7 +101,7 @@ class StoreyEngine:
         handler = None if isinstance(step, ErrorStep) else self.flow.error_handler_of(key)
         has_next = bool(step.before if isinstance(step, ErrorStep) else self.flow._next[key])
 
-        async def do(item: Any) -> list[Any]:
+        async def do(item: object) -> list[Any]:
             return await self._do(key, step, item, has_next, handler)
 
         def select(event: Event) -> list[str]:
@@ -200,7 +200,7 @@ class StoreyEngine:
         done.result(STOP_TIMEOUT_SECONDS)
 
 
-def is_storey_step(obj: Any) -> bool:
+def is_storey_step(obj: object) -> bool:
     """A storey flow step given as a step's class (mlrun runs those natively)."""
     return obj is not None and hasattr(obj, "_outlets") and hasattr(obj, "to")
 

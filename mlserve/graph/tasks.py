@@ -38,11 +38,11 @@ def resolve_handler(
     if text.startswith("("):
         if not text.endswith(")"):
             raise ValueError(f"a handler expression must start with '(' and end with ')': {text}")
-        return eval(f"lambda event: {text[1:-1]}", {}, {})  # type: ignore[no-any-return]  # noqa: S307 - the user's graph
+        return eval(f"lambda event: {text[1:-1]}", {}, {})  # noqa: S307 - the user's graph
     found = resolve_class(text, namespace)
     if not callable(found):
         raise ValueError(f"handler '{text}' is not callable")
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def step_calls(step: Any, obj: Any, namespace: dict[str, Any] | None, context: Any) -> StepCalls:
@@ -67,7 +67,7 @@ def step_calls(step: Any, obj: Any, namespace: dict[str, Any] | None, context: A
 
 class SyncStepCall:
     """A sync step's call from the event loop: in the worker pool, never on the
-    loop (S10), until its calls have shown that the hop costs more than they do.
+    loop, until its calls have shown that the hop costs more than they do.
 
     The rule is a light model's (``InlineRule``, bounded by ``--inline-predict-us``):
     its first calls are timed on threads; when their median CPU time is under the
@@ -75,7 +75,7 @@ class SyncStepCall:
     the step back to threads, where it is measured again (a few times, then for good).
     """
 
-    def __init__(self, fn: SyncCall, context: Any, name: str | None) -> None:
+    def __init__(self, fn: SyncCall, context: object, name: str | None) -> None:
         self.fn = fn
         self.context = context
         self.name = name or ""
@@ -87,8 +87,8 @@ class SyncStepCall:
             inline_ns = int(limits_of(self.context).inline_predict_us * 1000)
             rule = self.rule = InlineRule(inline_ns, self.name, what="step")
         if rule.inline:
-            return rule.run_inline(self.fn, event)  # type: ignore[no-any-return]
-        return await run_in_threadpool(rule.threaded(partial(self.fn, event)))  # type: ignore[no-any-return]
+            return rule.run_inline(self.fn, event)
+        return await run_in_threadpool(rule.threaded(partial(self.fn, event)))
 
 
 def _storey_only(step: Any, obj: Any) -> StepCalls:
@@ -114,7 +114,7 @@ def _function_of(step: Any, obj: Any, namespace: dict[str, Any] | None) -> Calla
                 f"step '{step.name}': {type(obj).__name__} has no do_event(), do() or "
                 f"'{step.handler}' method"
             )
-        return fn  # type: ignore[no-any-return]
+        return fn
     if step.handler:
         return resolve_handler(step.handler, namespace)
     raise ValueError(f"step '{step.name}' needs a class_name or a handler")
@@ -146,7 +146,7 @@ class BodyCall:
     def _argument(self, event: Event) -> Any:
         return event if self.full_event else get_path(event.body, self.input_path)
 
-    def _merge(self, event: Event, result: Any) -> Event:
+    def _merge(self, event: Event, result: object) -> Event:
         if isinstance(result, Event):
             return result
         if self.full_event and result is None:  # the handler changed the event in place

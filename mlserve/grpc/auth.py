@@ -6,12 +6,12 @@ added later are covered alike, with the REST face's credentials (the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
 from mlserve.core.settings import FaceSettings
+from mlserve.grpc.status import ServicerContext
 from mlserve.server.auth import authorize
 
 __all__ = ["AuthInterceptor", "grpc_path"]
@@ -32,13 +32,15 @@ def grpc_path(method: str) -> str:
     return _RULES.get(method, method)
 
 
-def _refusing(handler: Any, code: grpc.StatusCode, message: str) -> Any:
+def _refusing(
+    handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str
+) -> grpc.RpcMethodHandler:
     """A handler of ``handler``'s kind that only aborts with ``code``."""
 
-    async def abort(request: Any, context: Any) -> Any:
+    async def abort(request: object, context: ServicerContext) -> None:
         await context.abort(code, message)
 
-    async def abort_stream(request: Any, context: Any) -> Any:
+    async def abort_stream(request: object, context: ServicerContext) -> AsyncIterator[None]:
         await context.abort(code, message)
         yield  # pragma: no cover - abort raises
 
@@ -64,9 +66,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[Any], Awaitable[Any]],
-        handler_call_details: Any,
-    ) -> Any:
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None

@@ -275,7 +275,7 @@ def infer_response_bytes(body: dict[str, Any], raw: bool) -> bytes:
                     contents = packed[0] + data  # the tensor's contents = 5
                     tensor += b"\x2a" + _varint(len(contents)) + contents
                     return head + b"\x2a" + _varint(len(tensor)) + tensor  # outputs = 5
-    return infer_from_core(body, raw).SerializeToString()  # type: ignore[no-any-return]
+    return infer_from_core(body, raw).SerializeToString()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -290,7 +290,7 @@ def _heads(
 
 
 def metadata_from_core(body: dict[str, Any]) -> Any:
-    """Model metadata (S4) as a ``ModelMetadataResponse``."""
+    """Model metadata as a ``ModelMetadataResponse``."""
 
     def tensors(specs: Any) -> list[Any]:
         return [

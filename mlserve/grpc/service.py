@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -21,8 +21,12 @@ from mlserve.core.settings import FaceSettings
 from mlserve.grpc import convert
 from mlserve.grpc.generated import grpc_predict_v2_pb2 as pb
 from mlserve.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
-from mlserve.grpc.status import abort, body_message
+from mlserve.grpc.status import ServicerContext, abort, body_message
 from mlserve.protocol.errors import Forbidden, InvalidInput, MLServeError
+from mlserve.protocol.names import dot_name
+
+if TYPE_CHECKING:
+    from mlserve.server.graph_server import GraphServer
 
 __all__ = ["InferenceServicer", "start_grpc_server"]
 
@@ -50,11 +54,15 @@ def _infer_path(name: str, version: str) -> str:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """``inference.GRPCInferenceService`` over a GraphServer."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: GraphServer) -> None:
         self.server = server
 
     async def _call(
-        self, context: Any, path: str, body: Any = None, ok: tuple[int, ...] = ()
+        self,
+        context: ServicerContext,
+        path: str,
+        body: dict[str, Any] | None = None,
+        ok: tuple[int, ...] = (),
     ) -> Response:
         method = "POST" if body is not None else "GET"
         event = Event(body=body, path=path, method=method, trigger=_TRIGGER)
@@ -63,16 +71,27 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await abort(context, response)
         return response
 
-    async def ServerLive(self, request: Any, context: Any) -> Any:
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: ServicerContext
+    ) -> pb.ServerLiveResponse:
         response = await self._call(context, "/v2/health/live")
         return pb.ServerLiveResponse(live=bool(response.body.get("live")))
 
-    async def ServerReady(self, request: Any, context: Any) -> Any:
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: ServicerContext
+    ) -> pb.ServerReadyResponse:
         response = await self._call(context, "/v2/health/ready", ok=(503,))
         return pb.ServerReadyResponse(ready=response.status_code == 200)
 
     async def _model_call(
-        self, context: Any, request: Any, tail: str = "", ok: tuple[int, ...] = ()
+        self,
+        context: ServicerContext,
+        request: pb.ModelReadyRequest
+        | pb.ModelMetadataRequest
+        | pb.ModelConfigRequest
+        | pb.ModelStatisticsRequest,
+        tail: str = "",
+        ok: tuple[int, ...] = (),
     ) -> Response:
         """GET the REST route ``tail`` of the model ``request.name`` / ``request.version``."""
         try:
@@ -81,20 +100,26 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await abort(context, self.server.error_response(exc))
         return await self._call(context, path, ok=ok)
 
-    async def ModelReady(self, request: Any, context: Any) -> Any:
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: ServicerContext
+    ) -> pb.ModelReadyResponse:
         response = await self._model_call(context, request, "/ready", ok=(503,))
         return pb.ModelReadyResponse(ready=response.status_code == 200)
 
-    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: ServicerContext
+    ) -> pb.ServerMetadataResponse:
         body = (await self._call(context, "/v2")).body
         return pb.ServerMetadataResponse(
             name=body["name"], version=body["version"], extensions=body.get("extensions", [])
         )
 
-    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: ServicerContext
+    ) -> pb.ModelMetadataResponse:
         return convert.metadata_from_core((await self._model_call(context, request)).body)
 
-    async def ModelInfer(self, request: Any, context: Any) -> Any:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: ServicerContext) -> bytes:
         """The response serialized already (``serialized`` sends it as it is)."""
         try:
             body = await self._infer(request)
@@ -102,7 +127,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except MLServeError as exc:
             await abort(context, self._failure(exc))
 
-    async def _infer(self, request: Any) -> dict[str, Any]:
+    async def _infer(self, request: pb.ModelInferRequest) -> dict[str, Any]:
         """One inference: the core's response body; a failure raises the MLServeError of
         its status."""
         body = convert.infer_to_core(request)
@@ -111,11 +136,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         response: Response = await self.server.run_async(event)
         if response.status_code >= 300:
             raise _ResponseError(response)
-        return response.body  # type: ignore[no-any-return]
+        answer: dict[str, Any] = response.body  # a 2xx inference answer is a JSON object
+        return answer
 
     async def ModelStreamInfer(
-        self, requests: AsyncIterator[Any], context: Any
-    ) -> AsyncIterator[Any]:
+        self, requests: AsyncIterator[pb.ModelInferRequest], context: ServicerContext
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Triton's stream: one response per request, in order; a failed request
         answers with its ``error_message`` and the stream goes on."""
         async for request in requests:
@@ -131,31 +157,41 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The error response of a failed inference (the core's own when it answered)."""
         return exc.response if isinstance(exc, _ResponseError) else self.server.error_response(exc)
 
-    async def ModelConfig(self, request: Any, context: Any) -> Any:
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: ServicerContext
+    ) -> pb.ModelConfigResponse:
         response = await self._model_call(context, request, "/config")
         return pb.ModelConfigResponse(config=convert.config_from_core(response.body))
 
-    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: ServicerContext
+    ) -> pb.ModelStatisticsResponse:
         if request.name:
             response = await self._model_call(context, request, "/stats")
         else:  # every model (a version alone names none)
             response = await self._call(context, "/v2/models/stats")
         return convert.stats_from_core(response.body)
 
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: ServicerContext
+    ) -> pb.RepositoryIndexResponse:
         body = {"ready": request.ready}
         response = await self._call(context, "/v2/repository/index", body)
         return convert.index_from_core(response.body)
 
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: ServicerContext
+    ) -> pb.RepositoryModelLoadResponse:
         await self._control(context, request.model_name, "load")
         return pb.RepositoryModelLoadResponse()
 
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: ServicerContext
+    ) -> pb.RepositoryModelUnloadResponse:
         await self._control(context, request.model_name, "unload")
         return pb.RepositoryModelUnloadResponse()
 
-    async def _control(self, context: Any, name: str, action: str) -> None:
+    async def _control(self, context: ServicerContext, name: str, action: str) -> None:
         """Load or unload ``name`` through the repository route, when model control is on."""
         try:
             if not self.server.model_control:
@@ -170,8 +206,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 def check_model_name(name: str, what: str = "model name") -> None:
     """A model name (or version) from a request: one plain path segment, never a way
-    out of the repository or to another route (no separators, NUL, ``.`` or ``..``)."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+    out of the repository or to another route (no separators, NUL, ``.`` or ``..``, nor
+    ``..:1``)."""
+    if not name or dot_name(name) or "/" in name or "\\" in name or "\x00" in name:
         raise InvalidInput(f"illegal {what} {name!r}")
 
 
@@ -184,7 +221,7 @@ class _ResponseError(MLServeError):
         self.response = response
 
 
-def _add_tfserving(server: Any, grpc_server: Any) -> bool:
+def _add_tfserving(server: GraphServer, grpc_server: grpc.aio.Server) -> bool:
     """TF Serving's services beside V2's, when ``tensorflow-serving-api`` is installed;
     imported by their first call (their stubs import TensorFlow)."""
     from mlserve.grpc.tfserving_loader import INSTALL, TFServingLoader, installed
@@ -197,8 +234,9 @@ def _add_tfserving(server: Any, grpc_server: Any) -> bool:
 
 
 def serialized(message: Any) -> bytes:
+    # (bytes or a protobuf message: ``type() is`` does not narrow a union for mypy)
     """A response as it goes on the wire: ModelInfer's comes serialized already."""
-    return message if type(message) is bytes else message.SerializeToString()  # type: ignore[no-any-return]
+    return message if type(message) is bytes else message.SerializeToString()
 
 
 def _model_infer(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
@@ -215,7 +253,7 @@ def _model_infer(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
 
 
 async def start_grpc_server(
-    server: Any,
+    server: GraphServer,
     host: str,
     port: int,
     services: str = "v2,tfserving",

@@ -6,14 +6,17 @@ the body's ``error`` (the text a REST client reads).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn, TypeAlias
 
 import grpc
 
 from mlserve.core.events import Response
 from mlserve.protocol.errors import GRPC_CODES
 
-__all__ = ["abort", "body_message", "grpc_code"]
+__all__ = ["ServicerContext", "abort", "body_message", "grpc_code"]
+
+# The context of a grpc.aio call, as the servicers see it.
+ServicerContext: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 def grpc_code(status_code: int) -> grpc.StatusCode:
@@ -22,11 +25,12 @@ def grpc_code(status_code: int) -> grpc.StatusCode:
     return code
 
 
-def body_message(body: Any) -> str:
+def body_message(body: object) -> str:
     """The text of an error response's body: its ``error``, or the body itself."""
     return str(body.get("error", body)) if isinstance(body, dict) else str(body)
 
 
-async def abort(context: grpc.aio.ServicerContext[Any, Any], response: Response) -> None:
-    """End the call with ``response``'s status and message."""
+async def abort(context: ServicerContext, response: Response) -> NoReturn:
+    """End the call with ``response``'s status and message (``context.abort`` raises)."""
     await context.abort(grpc_code(response.status_code), body_message(response.body))
+    raise AssertionError("grpc's context.abort returned")  # it raises: never reached

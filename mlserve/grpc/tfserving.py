@@ -1,6 +1,6 @@
-"""TensorFlow Serving's gRPC API over a GraphServer (S11): ``PredictionService``
-(Predict, GetModelMetadata, Classify, Regress, MultiInference) and
-``ModelService`` (GetModelStatus, HandleReloadConfigRequest).
+"""TensorFlow Serving's gRPC API over a GraphServer (docs/tensorflow.md#tf-servings-grpc-api):
+``PredictionService`` (Predict, GetModelMetadata, Classify, Regress, MultiInference)
+and ``ModelService`` (GetModelStatus, HandleReloadConfigRequest).
 
 Every call resolves ``ModelSpec`` (version, ``version_label`` or the highest)
 through the same helpers as the REST face (mlserve.server.tfserving), then runs
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import numpy as np
@@ -43,7 +44,7 @@ from tensorflow_serving.apis import (
 
 from mlserve.core.aio import run_in_threadpool
 from mlserve.core.events import Event, Response, Trigger
-from mlserve.grpc.status import abort, grpc_code
+from mlserve.grpc.status import ServicerContext, abort, grpc_code
 from mlserve.protocol.errors import (
     Forbidden,
     MLServeError,
@@ -60,6 +61,15 @@ from mlserve.server.tfserving import (
     resolve_route,
     signature_defs,
 )
+
+if TYPE_CHECKING:
+    from tensorflow_serving.apis import input_pb2
+
+    from mlserve.graph.routers import BaseModelRouter
+    from mlserve.model import V2ModelServer
+    from mlserve.server.graph_server import GraphServer
+
+T = TypeVar("T")
 
 __all__ = ["add_tfserving_services"]
 
@@ -111,7 +121,7 @@ def _invalid(message: str) -> TFServingError:
 # ---- tensors ---------------------------------------------------------------------------
 
 
-def tensor_to_core(name: str, proto: Any) -> dict[str, Any]:
+def tensor_to_core(name: str, proto: tensor_pb2.TensorProto) -> dict[str, Any]:
     """A ``TensorProto`` as a V2 input tensor; ``tensor_content`` is passed on as raw bytes."""
     datatype = V2_OF_DT.get(proto.dtype)
     if datatype is None:
@@ -131,7 +141,9 @@ def tensor_to_core(name: str, proto: Any) -> dict[str, Any]:
     return obj
 
 
-def _typed_values(name: str, proto: Any, datatype: str, count: int) -> np.ndarray:
+def _typed_values(
+    name: str, proto: tensor_pb2.TensorProto, datatype: str, count: int
+) -> np.ndarray:
     values = getattr(proto, VAL_FIELD[datatype])
     if datatype == "BYTES":
         array = np.empty(len(values), dtype=object)
@@ -153,7 +165,7 @@ def _typed_values(name: str, proto: Any, datatype: str, count: int) -> np.ndarra
     )
 
 
-def tensor_proto(array: np.ndarray, datatype: str) -> Any:
+def tensor_proto(array: np.ndarray, datatype: str) -> tensor_pb2.TensorProto:
     """An output array as a ``TensorProto`` in its typed ``*_val`` field (as TF Serving writes)."""
     dims = [tensor_shape_pb2.TensorShapeProto.Dim(size=int(size)) for size in array.shape]
     proto = tensor_pb2.TensorProto(
@@ -173,12 +185,12 @@ def tensor_proto(array: np.ndarray, datatype: str) -> Any:
 # ---- the shared steps of every call ----------------------------------------------------
 
 
-def _version_of(spec: Any) -> tuple[str | None, str | None]:
+def _version_of(spec: model_pb2.ModelSpec) -> tuple[str | None, str | None]:
     version = str(spec.version.value) if spec.HasField("version") else None
     return version, spec.version_label or None
 
 
-def _request_text(spec: Any) -> str:
+def _request_text(spec: model_pb2.ModelSpec) -> str:
     version, label = _version_of(spec)
     if label:
         return f"Labeled({spec.name}, {label})"
@@ -188,19 +200,21 @@ def _request_text(spec: Any) -> str:
 class _Calls:
     """Model resolution and V2 inference shared by both services."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: GraphServer) -> None:
         self.server = server
         # SignatureDefs by model: a TF model reads them from its saved_model.pb
-        self._defs: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._defs: weakref.WeakKeyDictionary[V2ModelServer, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
 
-    def signature_defs(self, model: Any) -> dict[str, Any]:
+    def signature_defs(self, model: V2ModelServer) -> dict[str, Any]:
         """The model's SignatureDefs (JSON of the protos), read once per model object."""
         defs = self._defs.get(model)
         if defs is None:
             defs = self._defs[model] = signature_defs(model)
         return defs
 
-    def resolve(self, spec: Any) -> tuple[Any, str, Any]:
+    def resolve(self, spec: model_pb2.ModelSpec) -> tuple[BaseModelRouter, str, V2ModelServer]:
         """(router, route key, ready model) of a ``ModelSpec``."""
         if not spec.name:
             raise _invalid("Missing ModelSpec name")
@@ -219,7 +233,7 @@ class _Calls:
         routes = getattr(getattr(self.server.graph, "object", None), "routes", {})
         return any(key.partition(":")[0] == name for key in routes)
 
-    def signature(self, model: Any, name: str, method: str) -> dict[str, Any]:
+    def signature(self, model: V2ModelServer, name: str, method: str) -> dict[str, Any]:
         """The SignatureDef (JSON) ``name`` of ``model``, checked to be of ``method``."""
         defs = self.signature_defs(model)
         if name not in defs and method != PREDICT:
@@ -236,7 +250,12 @@ class _Calls:
         return signature
 
     async def infer(
-        self, router: Any, key: str, model: Any, signature: str, inputs: list[dict[str, Any]]
+        self,
+        router: BaseModelRouter,
+        key: str,
+        model: V2ModelServer,
+        signature: str,
+        inputs: list[dict[str, Any]],
     ) -> dict[str, dict[str, Any]]:
         """Run a V2 request on the route; the output tensor objects by name."""
         parameters: dict[str, Any] = {"binary_data_output": True}
@@ -256,24 +275,26 @@ class _ResponseError(Exception):
         self.response = response
 
 
-def _spec(model: Any, signature: str) -> Any:
+def _spec(model: V2ModelServer, signature: str) -> model_pb2.ModelSpec:
     spec = model_pb2.ModelSpec(name=model.name.partition(":")[0], signature_name=signature)
     if str(model.version).isdigit():
         spec.version.value = int(model.version)
     return spec
 
 
-async def _answer(context: Any, call: Any) -> Any:
+async def _answer(context: ServicerContext, call: Awaitable[T]) -> T:
     """Await ``call``; every error becomes its gRPC code and message."""
     try:
         return await call
     except TFServingError as exc:
         await context.abort(exc.code, str(exc))
+        raise  # (context.abort raises first)
     except _ResponseError as exc:
         await abort(context, exc.response)
     except (MLServeError, NotImplementedError) as exc:
         code = grpc_code(status_of(exc))
         await context.abort(code, str(exc))
+        raise  # (context.abort raises first)
 
 
 # ---- PredictionService -----------------------------------------------------------------
@@ -314,10 +335,12 @@ def _check_outputs(wanted: list[str], declared: list[str]) -> None:
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, _Calls):
     """``tensorflow.serving.PredictionService`` over a GraphServer."""
 
-    async def Predict(self, request: Any, context: Any) -> Any:
+    async def Predict(
+        self, request: predict_pb2.PredictRequest, context: ServicerContext
+    ) -> predict_pb2.PredictResponse:
         return await _answer(context, self._predict(request))
 
-    async def _predict(self, request: Any) -> Any:
+    async def _predict(self, request: predict_pb2.PredictRequest) -> predict_pb2.PredictResponse:
         router, key, model = self.resolve(request.model_spec)
         name = request.model_spec.signature_name or DEFAULT_SIGNATURE
         signature = self.signature(model, name, PREDICT)
@@ -334,10 +357,14 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
             response.outputs[alias].CopyFrom(tensor_proto(decode_tensor(obj), obj["datatype"]))
         return response
 
-    async def GetModelMetadata(self, request: Any, context: Any) -> Any:
+    async def GetModelMetadata(
+        self, request: get_model_metadata_pb2.GetModelMetadataRequest, context: ServicerContext
+    ) -> get_model_metadata_pb2.GetModelMetadataResponse:
         return await _answer(context, self._metadata(request))
 
-    async def _metadata(self, request: Any) -> Any:
+    async def _metadata(
+        self, request: get_model_metadata_pb2.GetModelMetadataRequest
+    ) -> get_model_metadata_pb2.GetModelMetadataResponse:
         fields = list(request.metadata_field)
         if not fields:
             raise _invalid("GetModelMetadataRequest must specify at least one metadata_field")
@@ -353,28 +380,40 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
         response.metadata["signature_def"].CopyFrom(packed)
         return response
 
-    async def Classify(self, request: Any, context: Any) -> Any:
+    async def Classify(
+        self, request: classification_pb2.ClassificationRequest, context: ServicerContext
+    ) -> classification_pb2.ClassificationResponse:
         return await _answer(context, self._classify(request))
 
-    async def _classify(self, request: Any) -> Any:
+    async def _classify(
+        self, request: classification_pb2.ClassificationRequest
+    ) -> classification_pb2.ClassificationResponse:
         spec, outputs, count = await self._run_examples(request.model_spec, request.input, CLASSIFY)
         response = classification_pb2.ClassificationResponse(model_spec=spec)
         _classifications(outputs, count, response.result)
         return response
 
-    async def Regress(self, request: Any, context: Any) -> Any:
+    async def Regress(
+        self, request: regression_pb2.RegressionRequest, context: ServicerContext
+    ) -> regression_pb2.RegressionResponse:
         return await _answer(context, self._regress(request))
 
-    async def _regress(self, request: Any) -> Any:
+    async def _regress(
+        self, request: regression_pb2.RegressionRequest
+    ) -> regression_pb2.RegressionResponse:
         spec, outputs, count = await self._run_examples(request.model_spec, request.input, REGRESS)
         response = regression_pb2.RegressionResponse(model_spec=spec)
         _regressions(outputs, count, response.result)
         return response
 
-    async def MultiInference(self, request: Any, context: Any) -> Any:
+    async def MultiInference(
+        self, request: inference_pb2.MultiInferenceRequest, context: ServicerContext
+    ) -> inference_pb2.MultiInferenceResponse:
         return await _answer(context, self._multi(request))
 
-    async def _multi(self, request: Any) -> Any:
+    async def _multi(
+        self, request: inference_pb2.MultiInferenceRequest
+    ) -> inference_pb2.MultiInferenceResponse:
         tasks = list(request.tasks)
         if not tasks:
             raise _invalid("Found no tasks in the MultiInferenceRequest")
@@ -400,8 +439,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
         return response
 
     async def _run_examples(
-        self, model_spec: Any, request_input: Any, method: str
-    ) -> tuple[Any, dict[str, np.ndarray], int]:
+        self, model_spec: model_pb2.ModelSpec, request_input: input_pb2.Input, method: str
+    ) -> tuple[model_pb2.ModelSpec, dict[str, np.ndarray], int]:
         router, key, model = self.resolve(model_spec)
         name = model_spec.signature_name or DEFAULT_SIGNATURE
         signature = self.signature(model, name, method)
@@ -417,7 +456,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
         return _spec(model, name), arrays, len(examples)
 
 
-def _serialized_examples(request_input: Any) -> list[bytes]:
+def _serialized_examples(request_input: input_pb2.Input) -> list[bytes]:
     """The ``tensorflow.serving.Input`` as serialized ``tf.Example``s (context merged in)."""
     kind = request_input.WhichOneof("kind")
     if kind == "example_list":
@@ -448,7 +487,9 @@ def _class_output(outputs: dict[str, np.ndarray], alias: str, count: int) -> np.
     return array
 
 
-def _classifications(outputs: dict[str, np.ndarray], count: int, result: Any) -> None:
+def _classifications(
+    outputs: dict[str, np.ndarray], count: int, result: classification_pb2.ClassificationResult
+) -> None:
     classes = _class_output(outputs, "classes", count)
     scores = _class_output(outputs, "scores", count)
     if classes is None and scores is None:
@@ -473,7 +514,9 @@ def _classifications(outputs: dict[str, np.ndarray], count: int, result: Any) ->
             )
 
 
-def _regressions(outputs: dict[str, np.ndarray], count: int, result: Any) -> None:
+def _regressions(
+    outputs: dict[str, np.ndarray], count: int, result: regression_pb2.RegressionResult
+) -> None:
     values = outputs.get("outputs")
     if values is None:
         raise _invalid('Expected regression signature outputs to contain "outputs".')
@@ -498,10 +541,14 @@ _STATE = get_model_status_pb2.ModelVersionStatus.State
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer, _Calls):
     """``tensorflow.serving.ModelService``: version status, and config reload (model control)."""
 
-    async def GetModelStatus(self, request: Any, context: Any) -> Any:
+    async def GetModelStatus(
+        self, request: get_model_status_pb2.GetModelStatusRequest, context: ServicerContext
+    ) -> get_model_status_pb2.GetModelStatusResponse:
         return await _answer(context, self._status(request))
 
-    async def _status(self, request: Any) -> Any:
+    async def _status(
+        self, request: get_model_status_pb2.GetModelStatusRequest
+    ) -> get_model_status_pb2.GetModelStatusResponse:
         spec = request.model_spec
         if not spec.name:
             raise _invalid("Missing ModelSpec name")
@@ -534,10 +581,14 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer, _Calls):
             item.status.error_message = status.get("error_message", "")
         return response
 
-    async def HandleReloadConfigRequest(self, request: Any, context: Any) -> Any:
+    async def HandleReloadConfigRequest(
+        self, request: model_management_pb2.ReloadConfigRequest, context: ServicerContext
+    ) -> model_management_pb2.ReloadConfigResponse:
         return await _answer(context, self._reload(request))
 
-    async def _reload(self, request: Any) -> Any:
+    async def _reload(
+        self, request: model_management_pb2.ReloadConfigRequest
+    ) -> model_management_pb2.ReloadConfigResponse:
         if not self.server.model_control:
             raise Forbidden(
                 "model control is off: this server does not load or unload models on request"
@@ -564,7 +615,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer, _Calls):
         return model_management_pb2.ReloadConfigResponse(status=status)
 
 
-def add_tfserving_services(server: Any, grpc_server: Any) -> None:
+def add_tfserving_services(server: GraphServer, grpc_server: grpc.aio.Server) -> None:
     """Register PredictionService and ModelService for ``server`` on ``grpc_server``."""
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionServicer(server), grpc_server

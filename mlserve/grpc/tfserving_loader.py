@@ -11,9 +11,15 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import grpc
+
+from mlserve.grpc.status import ServicerContext
+
+if TYPE_CHECKING:
+    from mlserve.server.graph_server import GraphServer
 
 __all__ = ["INSTALL", "TFServingLoader", "installed"]
 
@@ -32,43 +38,50 @@ class _Recorder:
     """Takes what the generated ``add_*Servicer_to_server`` functions register."""
 
     def __init__(self) -> None:
-        self.handlers: list[Any] = []
+        self.handlers: list[grpc.GenericRpcHandler] = []
 
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+    def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         self.handlers.extend(handlers)
 
-    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
         """Newer stubs register their methods here too; the generic handlers suffice."""
 
 
 class TFServingLoader(grpc.GenericRpcHandler):
     """PredictionService and ModelService for ``server``, imported on first use."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: GraphServer) -> None:
         self.server = server
-        self._handlers: list[Any] | None = None
+        self._handlers: list[grpc.GenericRpcHandler] | None = None
         self._error = ""
         self._lock = asyncio.Lock()
 
-    def service(self, handler_call_details: Any) -> Any:
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
         if not handler_call_details.method.startswith(SERVICES):
             return None
         if self._handlers is not None:
             return self._lookup(handler_call_details)
 
-        async def first_call(request: bytes, context: Any) -> bytes:
+        async def first_call(request: bytes, context: ServicerContext) -> bytes:
             """Raw bytes in and out: the message types are not imported yet."""
             await self._load()
             handler = self._lookup(handler_call_details)
             if handler is None:
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, self._error or "no such method")
+                raise AssertionError("context.abort raises")  # never reached
             message = handler.request_deserializer(request)
             answer = await handler.unary_unary(message, context)
             return handler.response_serializer(answer)
 
         return grpc.unary_unary_rpc_method_handler(first_call)
 
-    def _lookup(self, handler_call_details: Any) -> Any:
+    def _lookup(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
         for handler in self._handlers or []:
             found = handler.service(handler_call_details)
             if found is not None:
@@ -80,7 +93,7 @@ class TFServingLoader(grpc.GenericRpcHandler):
             if self._handlers is None:
                 self._handlers = await asyncio.to_thread(self._import)
 
-    def _import(self) -> list[Any]:
+    def _import(self) -> list[grpc.GenericRpcHandler]:
         try:
             from mlserve.grpc.tfserving import add_tfserving_services
         except ImportError as exc:

@@ -9,6 +9,7 @@ passes them on).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mlserve.core.events import Event, Response, Trigger
@@ -22,6 +23,10 @@ __all__ = ["create_app"]
 logger = logging.getLogger("mlserve.http")
 
 Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _HTTP_TRIGGER = Trigger(kind="http", name="http")
 # Request targets (method, raw path, path) that passed the gate's target and method
 # checks, which depend on nothing else: clients ask the same few URLs again and again.
@@ -30,12 +35,12 @@ _Admitted = set[tuple[str, bytes, str]]
 _MAX_TARGETS = 256
 
 
-def create_app(server: GraphServer, settings: FaceSettings | None = None) -> Any:
+def create_app(server: GraphServer, settings: FaceSettings | None = None) -> ASGIApp:
     """An ASGI application serving ``server`` (already initialised)."""
     settings = settings or FaceSettings()
     admitted: _Admitted = set()
 
-    async def app(scope: Scope, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(server, receive, send)
             return
@@ -68,7 +73,7 @@ def _head_refusal(settings: FaceSettings, scope: Scope, raw_path: bytes) -> Resp
 
 
 async def _answer(
-    server: GraphServer, settings: FaceSettings, admitted: _Admitted, scope: Scope, receive: Any
+    server: GraphServer, settings: FaceSettings, admitted: _Admitted, scope: Scope, receive: Receive
 ) -> Response:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     raw_path = scope.get("raw_path") or scope["path"].encode()
@@ -96,7 +101,7 @@ async def _answer(
     return await gate.answer(server, event, headers)
 
 
-async def _to_event(scope: Scope, receive: Any, headers: dict[str, str], limit: int) -> Event:
+async def _to_event(scope: Scope, receive: Receive, headers: dict[str, str], limit: int) -> Event:
     length = headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
@@ -117,7 +122,7 @@ async def _to_event(scope: Scope, receive: Any, headers: dict[str, str], limit: 
     )
 
 
-async def _rest_of_body(receive: Any, first: bytes, limit: int) -> bytes:
+async def _rest_of_body(receive: Receive, first: bytes, limit: int) -> bytes:
     """A body sent in several messages (chunked): counted against ``limit`` as it comes."""
     chunks = [first]
     size = len(first)
@@ -133,7 +138,7 @@ async def _rest_of_body(receive: Any, first: bytes, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _lifespan(server: GraphServer, receive: Any, send: Any) -> None:
+async def _lifespan(server: GraphServer, receive: Receive, send: Send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":

@@ -10,7 +10,6 @@ import re
 import zlib
 from collections.abc import Mapping
 from itertools import chain
-from typing import Any
 
 from mlserve.core.aio import run_in_threadpool
 from mlserve.core.events import Event, Response
@@ -20,6 +19,7 @@ from mlserve.protocol.names import target_error
 from mlserve.server.auth import authorize
 from mlserve.server.graph_server import (
     OFF_LOOP_BYTES,
+    GraphServer,
     encode_response,
     encode_response_async,
     encodes_off_loop,
@@ -147,7 +147,7 @@ def header_bytes(lines: list[tuple[bytes, bytes]]) -> int:
     return sum(map(len, chain.from_iterable(lines))) + 4 * len(lines)
 
 
-async def answer(server: Any, event: Event, headers: Mapping[str, str]) -> Response:
+async def answer(server: GraphServer, event: Event, headers: Mapping[str, str]) -> Response:
     """What both HTTP faces send for ``event``: the server's answer encoded (big tensors
     off the event loop), compressed when the client accepts an encoding."""
     response = await server.run_async(event)
@@ -180,10 +180,10 @@ async def compress_async(response: Response, accept_encoding: str) -> Response:
     every other connection, health checks included)."""
     body = response.body
     if accept_encoding and isinstance(body, bytes) and len(body) > OFF_LOOP_BYTES:
-        return await run_in_threadpool(compress, response, accept_encoding)  # type: ignore[no-any-return]
+        return await run_in_threadpool(compress, response, accept_encoding)
     return compress(response, accept_encoding)
 
 
 async def decode_body_async(body: bytes, content_encoding: str, limit: int) -> bytes:
     """``decode_body`` off the event loop: a small body may inflate up to ``limit``."""
-    return await run_in_threadpool(decode_body, body, content_encoding, limit)  # type: ignore[no-any-return]
+    return await run_in_threadpool(decode_body, body, content_encoding, limit)

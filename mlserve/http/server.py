@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from http import HTTPStatus
 from typing import Any
@@ -196,11 +197,11 @@ class HTTPProtocol(asyncio.Protocol):
 
     # ---- connection -----------------------------------------------------------------
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # an asyncio.Transport (the loop's create_server)
         if len(self.owner.connections) >= self.settings.max_connections:
             self.lost = True
-            transport.write(closing_bytes(_TOO_MANY_CONNECTIONS))
+            self.transport.write(closing_bytes(_TOO_MANY_CONNECTIONS))
             transport.close()
             return
         self.owner.connections.add(self)
@@ -452,7 +453,7 @@ class HTTPServer:
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
-    async def start(self, sock: Any) -> None:
+    async def start(self, sock: socket.socket) -> None:
         self.loop = asyncio.get_running_loop()
         self._server = await self.loop.create_server(
             lambda: HTTPProtocol(self), sock=sock, backlog=2048
@@ -474,7 +475,7 @@ class HTTPServer:
             if conn.head_since is not None and conn.head_since < head_limit and not conn.closing:
                 conn.closing = True
                 conn.head_since = None
-                conn.parser = None  # no more parsing: data_received sees closing
+                del conn.parser  # no more parsing: data_received sees closing
                 conn._enqueue((closing_bytes(_HEAD_TIMEOUT), False, False))
             elif not conn.busy and conn.head_since is None and conn.idle_since < idle_limit:
                 conn.transport.close()

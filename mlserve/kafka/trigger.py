@@ -30,17 +30,42 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mlserve.core.events import Event, Response, Trigger
 from mlserve.core.kafka_config import confluent, consumer_config, producer_config
 from mlserve.kafka import metrics
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from prometheus_client import Counter
+
+    from mlserve.server.graph_server import GraphServer
 
 __all__ = ["KafkaTrigger", "TriggerOptions"]
 
 logger = logging.getLogger("mlserve.kafka")
 
 DELIVERY_WAIT_SECONDS = 30.0
+
+
+class Message(Protocol):
+    """A consumed ``confluent_kafka.Message``, as a consumer without deserializers
+    hands it over (bytes, a partition and an offset: its stubs allow more)."""
+
+    def error(self) -> KafkaError | None: ...
+
+    def topic(self) -> str: ...
+
+    def partition(self) -> int: ...
+
+    def offset(self) -> int: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
 
 
 @dataclass
@@ -67,7 +92,7 @@ class KafkaTrigger:
 
     def __init__(
         self,
-        server: Any,
+        server: GraphServer,
         options: TriggerOptions,
         on_failure: Callable[[], None] = lambda: None,
     ) -> None:
@@ -130,7 +155,7 @@ class KafkaTrigger:
 
     # ---- one batch ------------------------------------------------------------------
 
-    def _handle_batch(self, messages: list[Any]) -> None:
+    def _handle_batch(self, messages: list[Message]) -> None:
         """Run, produce, wait for the delivery reports, commit. Messages not started when
         the batch's time is up (or at stop) are read again rather than committed."""
         topic = self.options.topic
@@ -179,7 +204,7 @@ class KafkaTrigger:
             if not self._stop.is_set():  # (at stop the group's next owner reads them)
                 self._consumer.seek(TopicPartition(topic, partition, offset))
 
-    def _handle(self, message: Any) -> None:
+    def _handle(self, message: Message) -> None:
         options = self.options
         response = self._answer(message)
         source = f"{message.topic()}/{message.partition()}/{message.offset()}"
@@ -203,7 +228,7 @@ class KafkaTrigger:
             options.dead_letter_topic, message, message.value(), headers, metrics.DEAD_LETTERED
         )
 
-    def _answer(self, message: Any) -> Response:
+    def _answer(self, message: Message) -> Response:
         """The graph's answer, a 5xx retried with doubling backoff."""
         delay = self.options.backoff_seconds
         for attempt in range(self.options.retries + 1):
@@ -219,10 +244,10 @@ class KafkaTrigger:
     def _produce(
         self,
         topic: str,
-        message: Any,
+        message: Message,
         value: bytes | None,
         extra_headers: list[tuple[str, bytes]],
-        counter: Any,
+        counter: Counter,
     ) -> None:
         headers = [*(message.headers() or []), *extra_headers]
         on_delivery = self._on_delivery(message.partition(), counter.labels(topic).inc)
@@ -236,7 +261,7 @@ class KafkaTrigger:
                 self._producer.poll(0.1)
 
     def _on_delivery(self, partition: int, delivered: Callable[[], None]) -> Callable[..., None]:
-        def report(error: Any, _message: Any) -> None:
+        def report(error: KafkaError | None, _message: object) -> None:
             if error is None:
                 delivered()
             else:
@@ -246,7 +271,7 @@ class KafkaTrigger:
         return report
 
 
-def to_event(message: Any) -> Event:
+def to_event(message: Message) -> Event:
     """A Kafka message as the graph's Event: value → body, key, headers; path ``/``."""
     headers = {name: _text(value) for name, value in message.headers() or []}
     content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
@@ -255,7 +280,7 @@ def to_event(message: Any) -> Event:
         content_type=content_type,
         headers=headers,
         method="POST",
-        path="/",  # a stream has no URL: the body routes (S12)
+        path="/",  # a stream has no URL: the body routes
         trigger=Trigger("kafka-cluster", message.topic()),
         offset=message.offset(),
     )
@@ -277,7 +302,7 @@ def _record_lag(stats: str) -> None:
                 metrics.LAG.labels(topic, partition).set(lag)
 
 
-def _forget_lag(consumer: Any, partitions: list[Any]) -> None:
+def _forget_lag(consumer: Consumer, partitions: list[TopicPartition]) -> None:
     for tp in partitions:
         try:
             metrics.LAG.remove(tp.topic, str(tp.partition))

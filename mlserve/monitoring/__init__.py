@@ -1,4 +1,5 @@
-"""Monitoring: the model-log stream (S8), endpoint records (S9) and Prometheus metrics (S14).
+"""Monitoring: the model-log stream, endpoint records and Prometheus metrics
+(docs/monitoring.md).
 
 Importing this package loads nothing: the model layer reaches only
 ``recorder``; the rest (pydantic records, stream clients, SQLAlchemy) loads

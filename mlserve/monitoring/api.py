@@ -22,7 +22,7 @@ def endpoints_handler(registry: EndpointRegistry) -> Any:
 
     @answers_only(lambda method, path: path.startswith(PREFIX))
     @suspends_for(lambda event: (event.path or "").startswith(PREFIX))
-    async def handler(server: Any, event: Event) -> Response | None:
+    async def handler(server: object, event: Event) -> Response | None:
         path = event.path
         if not (path and path.startswith(PREFIX)):  # every other request: nothing more
             return None

@@ -1,4 +1,5 @@
-"""Model endpoint records of S9, and the registry that keeps them.
+"""Model endpoint records (docs/monitoring.md#endpoint-records), and the registry that
+keeps them.
 
 Each model (and each ensemble, as a router whose children are leaves) of a
 tracked function is registered once at start. Requests only bump in-memory
@@ -226,10 +227,10 @@ class EndpointRegistry:
                     current.merge(pending)
 
     def list(self, project: str | None = None) -> list[ModelEndpoint]:
-        return self.store.list(project)  # type: ignore[no-any-return]
+        return self.store.list(project)
 
     def get(self, uid: str) -> ModelEndpoint | None:
-        return self.store.get(uid)  # type: ignore[no-any-return]
+        return self.store.get(uid)
 
     def close(self) -> None:
         """Stop the flusher and write what is left (at server shutdown)."""

@@ -1,4 +1,5 @@
-"""``StreamPusher``: model-log records to a stream target, never in a request's way (S8).
+"""``StreamPusher``: model-log records to a stream target, never in a request's way
+(docs/monitoring.md#delivery).
 
 A request thread only counts (sampling) and appends the call to a bounded
 inbox -- for a target that takes JSON lines (file, Kafka) without batching,
@@ -65,10 +66,10 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from itertools import repeat, starmap
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from mlserve.monitoring import records as rec
-from mlserve.monitoring.streams import StreamTarget
+from mlserve.monitoring.streams import JsonStreamTarget, StreamTarget
 from mlserve.protocol.tensors import dumps
 
 __all__ = ["StreamPusher"]
@@ -119,7 +120,7 @@ class StreamPusher:
         batch: int = 1,
         sample: int = 1,
         function_uri: str = "",
-        worker: Any = 0,
+        worker: object = 0,
         verbose: bool = False,
         flush_after: float = 2.0,
         max_queue: int = 10_000,
@@ -172,10 +173,10 @@ class StreamPusher:
 
     def push(
         self,
-        model: Any,
+        model: object,
         start: datetime | int,
-        request: Any,
-        response: Any,
+        request: object,
+        response: object,
         op: str,
         microsec: int,
         metrics: dict[str, Any] | None = None,
@@ -187,21 +188,23 @@ class StreamPusher:
         if self._lines:
             self._push_line(model, start, request, response, op, microsec, metrics)
             return
-        self._enqueue((model, start, request, response, op, microsec, metrics))
+        self._enqueue(rec.Call(model, start, request, response, op, microsec, metrics))
 
     def _push_line(
         self,
-        model: Any,
+        model: object,
         start: datetime | int,
-        request: Any,
-        response: Any,
+        request: object,
+        response: object,
         op: str,
         microsec: int,
         metrics: dict[str, Any] | None = None,
     ) -> None:
         """``push`` when a call is one JSON line: encoded here, while the call's objects are
         still warm in the cache; the inbox then holds lines only ((line, key) pairs for a
-        target that uses keys), which the sender moves without a Python step per call."""
+        target that uses keys), which the sender moves without a Python step per call. The
+        call's parts stay arguments: a ``Call`` built and unpacked here cost a logged call
+        about 0.3 µs more (measured on this path)."""
         try:
             fields = self._fields.get(id(model)) or self._new_fields(model)
             line = rec.success_line(fields, start, request, response, op, microsec, metrics)
@@ -219,14 +222,14 @@ class StreamPusher:
             self._wake.set()
 
     def push_error(
-        self, model: Any, start: datetime | int, request: Any, op: str, exc: BaseException
+        self, model: object, start: datetime | int, request: object, op: str, exc: BaseException
     ) -> None:
         """Log a failed call at once: not sampled, not batched. The error text is
         ``str(exc)``, as mlrun writes it (the traceback follows when verbose)."""
         error = str(exc)
         if self.verbose:
             error += "\n" + "".join(traceback.format_exception(exc))
-        call = (model, start, request, None, op, None, error)
+        call = rec.Call(model, start, request, None, op, None, None, error)
         if self._lines:  # the inbox holds lines only (see _push_line)
             try:
                 fields = self._fields.get(id(model)) or self._new_fields(model)
@@ -239,14 +242,14 @@ class StreamPusher:
             self._enqueue(call)
         self._wake.set()
 
-    def _counter(self, model: Any) -> Iterator[int]:
+    def _counter(self, model: object) -> Iterator[int]:
         """The call counter of ``model`` (``next()`` on it is atomic: no lock)."""
         counter = self._counts.get(id(model))
         if counter is None:
             counter = self._counts.setdefault(id(model), itertools.count(1))
         return counter
 
-    def _enqueue(self, item: Any) -> None:
+    def _enqueue(self, item: object) -> None:
         """An append to a deque (atomic): no lock, no allocation besides ``item``."""
         if self._closing:  # a server used again after wait_for_completion()
             self._restart()
@@ -382,14 +385,19 @@ class StreamPusher:
         if excess > 0:
             self._count_dropped(self._pop_front(excess))
 
-    def _accept(self, call: tuple[Any, ...]) -> None:
-        """Turn a call (model, start, request, response, op, microsec, metrics) into a record."""
-        model = call[0]
+    def _accept(self, call: rec.Call) -> None:
+        """Turn a call into a record."""
+        model = call.model
         fields = self._fields.get(id(model)) or self._new_fields(model)
-        if call[5] is None:
+        if call.error is not None:
             self._add_pending(rec.error_record(fields, call), fields, 1)
         elif self.batch == 1 and self._encoded:
-            self._add_encoded(rec.success_line(fields, *call[1:]), fields, 1)
+            microsec = call.microsec
+            assert microsec is not None  # a successful call's
+            line = rec.success_line(
+                fields, call.start, call.request, call.response, call.op, microsec, call.metrics
+            )
+            self._add_encoded(line, fields, 1)
         elif self.batch == 1:
             self._add_pending(rec.success_record(fields, call), fields, 1)
         else:
@@ -401,7 +409,7 @@ class StreamPusher:
                 self._add_pending(batch.record(), fields, len(batch))
                 del self._batches[id(model)]
 
-    def _new_fields(self, model: Any) -> rec.ModelFields:
+    def _new_fields(self, model: object) -> rec.ModelFields:
         fields = self._fields[id(model)] = rec.ModelFields(model, self.worker, self.function_uri)
         return fields
 
@@ -454,7 +462,8 @@ class StreamPusher:
         count = len(records)  # the target may change the list: never trust it afterwards
         try:
             if self._encoded:
-                self.target.push_json(records, list(itertools.islice(self._keys, size)))
+                keys = list(itertools.islice(self._keys, size))
+                cast(JsonStreamTarget, self.target).push_json(records, keys)  # (_encoded)
             else:
                 self.target.push(records)
         except Exception as exc:

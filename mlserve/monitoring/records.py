@@ -1,4 +1,5 @@
-"""The model-log records of S8, built from what the model hands the pusher.
+"""The model-log records (docs/monitoring.md#records), built from what the model hands
+the pusher.
 
 Records carry ``request.inputs`` and ``resp.outputs`` as plain JSON lists
 whatever the request form, so a consumer reads rows and tensor requests alike:
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import socket
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from mlserve.protocol.tensors import decode_tensor, dumps
 
 __all__ = [
     "BATCH_HEADERS",
+    "Call",
     "ModelFields",
     "at_ns",
     "batch_row",
@@ -44,7 +46,22 @@ BATCH_HEADERS = ["request", "op", "resp", "when", "microsec", "metrics"]
 HOST = socket.gethostname()
 
 
-def plain_tensors(value: Any) -> Any:
+class Call(NamedTuple):
+    """One logged call, what a model hands ``model_logger.push`` (a failed one: no
+    ``response`` nor ``microsec``, its ``error`` text instead). A tuple, built positionally:
+    one is built per logged call, on the request thread."""
+
+    model: Any
+    start: datetime | int
+    request: Any
+    response: Any
+    op: str
+    microsec: int | None
+    metrics: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def plain_tensors(value: object) -> Any:
     """Inputs or outputs as plain lists: ndarrays, ``{name: ndarray}`` and V2 tensor objects."""
     if type(value) is list and not (value and type(value[0]) is dict):
         return value  # rows: the common case, kept cheap
@@ -97,39 +114,29 @@ def at_ns(ns: int) -> datetime:
 
 def ns_of(start: datetime | int) -> int:
     """A call's start as nanoseconds since the epoch (a naive datetime is taken as UTC)."""
-    if type(start) is int:
+    if isinstance(start, int):  # (a datetime never is one)
         return start
     if start.tzinfo is None:
         start = start.replace(tzinfo=UTC)
     return (start - _EPOCH) // _MICROSECOND * 1000
 
 
-def _plain_request(request: Any, copy: bool = True) -> Any:
-    """The request with plain ``inputs``; ``copy=False`` (encoded at once) keeps the request
-    itself when its inputs are already plain."""
-    if isinstance(request, dict) and "inputs" in request:
-        inputs = request["inputs"]
-        plain = plain_tensors(inputs)
-        if plain is inputs and not copy:
-            return request
-        return {**request, "inputs": plain}
-    return request
-
-
-def _plain_response(response: Any, copy: bool = True) -> Any:
-    if isinstance(response, dict) and "outputs" in response:
-        outputs = response["outputs"]
-        plain = plain_tensors(outputs)
-        if plain is outputs and not copy:
-            return response
-        return {**response, "outputs": plain}
-    return response
+def _plain(message: object, key: str, copy: bool = True) -> Any:
+    """A request (``key`` "inputs") or response ("outputs") with that field plain;
+    ``copy=False`` (encoded at once) keeps the message itself when it is already plain."""
+    if isinstance(message, dict) and key in message:
+        tensors = message[key]
+        plain = plain_tensors(tensors)
+        if plain is tensors and not copy:
+            return message
+        return {**message, key: plain}
+    return message
 
 
 class ModelFields:
     """The fields every record of one model (or ensemble) starts with."""
 
-    def __init__(self, model: Any, worker: Any, function_uri: str) -> None:
+    def __init__(self, model: object, worker: object, function_uri: str) -> None:
         self.model = model
         self.worker = worker
         self.function_uri = function_uri
@@ -158,15 +165,14 @@ class ModelFields:
         return record
 
 
-def success_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]:
-    """One record of one call: ``call`` = (model, start, request, response, op, microsec,
-    metrics)."""
-    _, start, request, response, op, microsec, metrics = call
+def success_record(fields: ModelFields, call: Call) -> dict[str, Any]:
+    """One record of one successful call."""
+    _, start, request, response, op, microsec, metrics, _ = call
     record = {
         **fields.fields,
-        "request": _plain_request(request),
+        "request": _plain(request, "inputs"),
         "op": op,
-        "resp": _plain_response(response),
+        "resp": _plain(response, "outputs"),
         "when": when(start),
         "microsec": microsec,
     }
@@ -184,18 +190,18 @@ def success_line(
     microsec: int,
     metrics: dict[str, Any] | None = None,
 ) -> bytes:
-    """``dumps(success_record(fields, (model, start, request, ...)))``, byte for byte: the
-    fields come first in a record, so their JSON (encoded once) heads the JSON of the rest.
-    The request thread pays for this line: the call's parts come as arguments (no tuple),
-    and rows in and out (the common case) are recognised inline, in few steps."""
+    """``dumps(success_record(fields, Call(model, start, request, ...)))``, byte for byte:
+    the fields come first in a record, so their JSON (encoded once) heads the JSON of the
+    rest. The request thread pays for this line: the call's parts come as arguments (no
+    ``Call``), and rows in and out (the common case) are recognised inline, in few steps."""
     try:  # rows in and out (the common case) are plain already: recognised inline
         rows_in, rows_out = request.get("inputs"), response.get("outputs")
     except Exception:  # not dicts: the general code below decides
         rows_in = rows_out = None
     if not (type(rows_in) is list and rows_in and type(rows_in[0]) is not dict):
-        request = _plain_request(request, copy=False)
+        request = _plain(request, "inputs", copy=False)
     if not (type(rows_out) is list and rows_out and type(rows_out[0]) is not dict):
-        response = _plain_response(response, copy=False)
+        response = _plain(response, "outputs", copy=False)
     rest = {
         "request": request,
         "op": op,
@@ -209,26 +215,25 @@ def success_line(
     return fields.head + dumps(rest)[1:]
 
 
-def batch_row(call: tuple[Any, ...]) -> list[Any]:
+def batch_row(call: Call) -> list[Any]:
     """One row of a batched record, in the order of ``BATCH_HEADERS``."""
-    _, start, request, response, op, microsec, metrics = call
+    _, start, request, response, op, microsec, metrics, _ = call
     return [
-        _plain_request(request),
+        _plain(request, "inputs"),
         op,
-        _plain_response(response),
+        _plain(response, "outputs"),
         when(start),
         microsec,
         metrics or {},
     ]
 
 
-def error_record(fields: ModelFields, call: tuple[Any, ...]) -> dict[str, Any]:
-    """The record of a failed call: ``call`` = (model, start, request, None, op, None, error)."""
-    _, start, request, _, op, _, error = call
+def error_record(fields: ModelFields, call: Call) -> dict[str, Any]:
+    """The record of a failed call."""
     return {
         **fields.fields,
-        "request": _plain_request(request),
-        "op": op,
-        "when": when(start),
-        "error": error,
+        "request": _plain(call.request, "inputs"),
+        "op": call.op,
+        "when": when(call.start),
+        "error": call.error,
     }

@@ -9,6 +9,7 @@ counters are updated in place by one UPDATE, never read-modify-written.
 
 from __future__ import annotations
 
+import builtins
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -163,7 +164,7 @@ class SQLEndpointStore:
     def list(self, project: str | None = None) -> list[ModelEndpoint]:
         return self._select(None if project is None else self._table.c.project == project)
 
-    def _select(self, where: Any) -> list[ModelEndpoint]:
+    def _select(self, where: Any) -> builtins.list[ModelEndpoint]:  # (list: a method here)
         query = self._sa.select(self._table).order_by(self._table.c.project, self._table.c.uid)
         if where is not None:
             query = query.where(where)

@@ -1,10 +1,11 @@
-"""Turning tracking on for a graph server: the model-log stream (S8) and endpoint records (S9).
+"""Turning tracking on for a graph server: the model-log stream and endpoint records
+(docs/monitoring.md#turning-it-on).
 
 ``GraphServer.init_object`` calls :func:`setup`. The stream is on when the
 function called ``set_tracking()`` (or, outside the mock server, when
 ``track_models`` is set); endpoint records are on when ``track_models`` is
 set. In the mock server ``track_models`` therefore governs endpoint records
-only (S6).
+only.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ class ModelTracker:
 
     def push(
         self,
-        model: Any,
+        model: object,
         start: datetime | int,
-        request: Any,
-        response: Any,
+        request: object,
+        response: object,
         op: str,
         microsec: int,
         metrics: dict[str, Any] | None = None,
@@ -65,19 +66,19 @@ class ModelTracker:
             self.pusher.push(model, start, request, response, op, microsec, metrics)
 
     def push_error(
-        self, model: Any, start: datetime | int, request: Any, op: str, exc: BaseException
+        self, model: object, start: datetime | int, request: object, op: str, exc: BaseException
     ) -> None:
         self._count(model, start, True)
         if self.pusher is not None:
             self.pusher.push_error(model, start, request, op, exc)
 
-    def _tally(self, model: Any, ns: int) -> Tally | None:
+    def _tally(self, model: object, ns: int) -> Tally | None:
         uid = getattr(model, "model_endpoint_uid", None)
         tally = self.registry.tally(uid, ns) if self.registry is not None and uid else None
         self._tallies[id(model)] = tally
         return tally
 
-    def _count(self, model: Any, start: datetime | int, error: bool) -> None:
+    def _count(self, model: object, start: datetime | int, error: bool) -> None:
         uid = getattr(model, "model_endpoint_uid", None)
         if self.registry is not None and uid:
             self.registry.count(uid, at_ns(ns_of(start)), error)
@@ -224,7 +225,7 @@ def _names(tensors: Any) -> list[str]:
     return [str(t["name"]) for t in tensors or [] if isinstance(t, dict) and t.get("name")]
 
 
-def _ensembles(step: Any) -> Iterator[Any]:
+def _ensembles(step: object) -> Iterator[Any]:
     """Router steps whose object is an ensemble, anywhere in the graph."""
     if step is None:
         return
@@ -239,7 +240,7 @@ def _ensembles(step: Any) -> Iterator[Any]:
         yield from _ensembles(child)
 
 
-def _is_ensemble(obj: Any) -> bool:
+def _is_ensemble(obj: object) -> bool:
     """An ``is_ensemble`` attribute decides; else any router that is not a plain ``ModelRouter``."""
     if obj is None:
         return False

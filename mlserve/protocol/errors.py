@@ -114,5 +114,6 @@ def status_of(exc: BaseException) -> int:
 
 
 def error_body(exc: BaseException) -> dict[str, str]:
-    """The JSON error body of S4: ``{"error": "<ExceptionClass>: <message>"}``."""
+    """The JSON error body (docs/protocol.md#errors):
+    ``{"error": "<ExceptionClass>: <message>"}``."""
     return {"error": f"{type(exc).__name__}: {exc}"}

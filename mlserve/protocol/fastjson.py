@@ -1,4 +1,5 @@
-"""Big V2 JSON bodies to numpy without a Python object per number (S13).
+"""Big V2 JSON bodies to numpy without a Python object per number
+(docs/security.md#limits).
 
 A JSON parser makes a Python float (24 bytes) plus a list slot (8 bytes) for
 every element of a tensor's ``data``: a 40 MB body cost 230 MB. Here a flat
@@ -84,7 +85,7 @@ def loads_tensors(body: bytes | bytearray | memoryview | str) -> Any:
     return doc
 
 
-def _put_back(doc: Any, arrays: dict[str, np.ndarray[Any, Any]]) -> None:
+def _put_back(doc: object, arrays: dict[str, np.ndarray[Any, Any]]) -> None:
     """Arrays of V2 input tensors stay numpy; any other cut-out array becomes a list again."""
     inputs = doc.get("inputs") if isinstance(doc, dict) else None
     for obj in inputs if isinstance(inputs, list) else ():
@@ -96,7 +97,7 @@ def _put_back(doc: Any, arrays: dict[str, np.ndarray[Any, Any]]) -> None:
         _restore(doc, arrays)
 
 
-def _restore(value: Any, arrays: dict[str, np.ndarray[Any, Any]]) -> None:
+def _restore(value: object, arrays: dict[str, np.ndarray[Any, Any]]) -> None:
     stack = [value]
     while stack and arrays:
         item = stack.pop()

@@ -1,4 +1,5 @@
-"""The two request forms of S3, and the tensor responses built from predict's result.
+"""The two request forms (docs/models.md#request-forms), and the tensor responses built
+from predict's result.
 
 rows:    ``{"inputs": [...]}``: predict sees ``inputs`` exactly as sent.
 tensors: ``{"inputs": [{"name", "shape", "datatype", "data"}, ...]}``: predict
@@ -8,7 +9,7 @@ tensors: ``{"inputs": [{"name", "shape", "datatype", "data"}, ...]}``: predict
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -45,8 +46,8 @@ _DECLARED_JSON = frozenset(JSON_TYPES) - {""}
 _TENSOR_KEYS = ("name", "shape", "datatype")
 
 
-def parse_json_body(body: Any, content_type: str) -> Any:
-    """A str/bytes body parsed as JSON when the content type is empty or JSON (S7).
+def parse_json_body(body: object, content_type: str) -> Any:
+    """A str/bytes body parsed as JSON when the content type is empty or JSON.
 
     Bad JSON is a 400 only when the content type says JSON; with no content
     type, and with any other content type, the raw body is kept.
@@ -68,7 +69,7 @@ def is_json_type(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() in JSON_TYPES
 
 
-def is_tensor_inputs(inputs: Any) -> bool:
+def is_tensor_inputs(inputs: object) -> TypeGuard[list[dict[str, Any]]]:
     """True when every element of ``inputs`` is a V2 tensor object."""
     if not isinstance(inputs, list) or not inputs:
         return False
@@ -122,7 +123,10 @@ def decode_request(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _request(
-    body: dict[str, Any], inputs: list[dict[str, Any]], tensors: dict[str, np.ndarray], value: Any
+    body: dict[str, Any],
+    inputs: list[dict[str, Any]],
+    tensors: dict[str, np.ndarray],
+    value: object,
 ) -> InferenceRequest:
     """What predict sees: ``value`` (one array, or ``tensors`` when several) as ``inputs``."""
     request = InferenceRequest(body)
@@ -148,11 +152,11 @@ def _check_parameters(body: dict[str, Any]) -> None:
                     _refuse_parameters(f"output {obj.get('name')!r}", params)
 
 
-def _refuse_parameters(where: str, params: Any) -> None:
+def _refuse_parameters(where: str, params: object) -> None:
     raise InvalidInput(f"'parameters' of {where} must be an object, got {type(params).__name__}")
 
 
-def _meant_as_tensors(inputs: Any) -> bool:
+def _meant_as_tensors(inputs: object) -> TypeGuard[list[dict[str, Any]]]:
     """Objects that all carry a ``datatype`` are tensors, even with keys missing
     (rows of plain records carry no ``datatype``)."""
     return (
@@ -179,7 +183,7 @@ def shape_matches(expected: list[int], got: tuple[int, ...]) -> bool:
 def check_declared_inputs(
     tensors: Mapping[str, np.ndarray], declared: list[dict[str, Any]], exact_names: bool = False
 ) -> None:
-    """Check decoded tensors against the model's declared inputs (S3).
+    """Check decoded tensors against the model's declared inputs.
 
     One declared input takes one tensor of any name unless ``exact_names`` (a
     ``V2ModelServer`` declares its names itself; a Keras signature's are generated)."""
@@ -255,7 +259,7 @@ def _requested_names(request: Mapping[str, Any]) -> list[str]:
 
 
 def build_outputs(
-    result: Any, request: Mapping[str, Any], default_name: str
+    result: object, request: Mapping[str, Any], default_name: str
 ) -> list[dict[str, Any]]:
     """Output tensors from predict's result: an array-like (one tensor), a
     dict ``{name: array-like}``, or a list of tensor objects (passed through)."""
@@ -270,6 +274,7 @@ def build_outputs(
             binary = wants_binary(request, default_name)
         obj = plain_output(default_name, result, binary)  # encode_tensor's own first try
         return [encode_checked(default_name, result, None, binary) if obj is None else obj]
+    tensors: dict[str, Any]
     if isinstance(result, np.ndarray):  # the common answer, without the ABC check below
         tensors = {default_name: result}
     elif is_tensor_inputs(result):
@@ -289,7 +294,7 @@ def build_outputs(
     return [_encode(name, value, wants_binary(request, name)) for name, value in tensors.items()]
 
 
-def _names_only(outputs: Any, name: str) -> bool:
+def _names_only(outputs: object, name: str) -> bool:
     """Whether the requested ``outputs`` are the one output ``name``."""
     if type(outputs) is not list or len(outputs) != 1:
         return False
@@ -297,7 +302,7 @@ def _names_only(outputs: Any, name: str) -> bool:
     return type(first) is dict and first.get("name") == name
 
 
-def _encode(name: str, value: Any, binary: bool) -> dict[str, Any]:
+def _encode(name: str, value: object, binary: bool) -> dict[str, Any]:
     if isinstance(value, dict) and "datatype" in value:
         if binary and RAW not in value and "data" in value:
             return encode_tensor(name, decode_tensor(value), value["datatype"], binary=True)

@@ -22,7 +22,7 @@ def get_path(body: Any, path: str | None) -> Any:
     return value
 
 
-def set_path(body: Any, path: str | None, result: Any) -> Any:
+def set_path(body: object, path: str | None, result: object) -> Any:
     """Write ``result`` into ``body`` at ``path`` and return the body; with no
     path (or no dict body) the result replaces the body."""
     if not path or body is None:

@@ -120,7 +120,7 @@ def datatype_of(array: Array) -> str:
 # --- shapes -------------------------------------------------------------------------------
 
 
-def _check_shape(shape: Any, name: str) -> list[int]:
+def _check_shape(shape: object, name: str) -> list[int]:
     """Shapes come from JSON: a list of non-negative ints, bools excluded."""
     if type(shape) is list:  # as JSON gives it: checked in one pass, kept as is (never mutated)
         for dim in shape:
@@ -150,7 +150,7 @@ def _fit(array: Array, shape: list[int], name: str) -> Array:
 # --- JSON data -> array ---------------------------------------------------------------------
 
 
-def _flatten(data: Any) -> list[Any]:
+def _flatten(data: object) -> list[Any]:
     """Leaves of nested lists, row-major; iterative so deep nesting cannot blow the stack."""
     if isinstance(data, np.ndarray):
         return list(data.ravel().tolist())
@@ -169,11 +169,11 @@ def _flatten(data: Any) -> list[Any]:
     return leaves
 
 
-def _bad_value(value: Any, datatype: str, name: str) -> InvalidInput:
+def _bad_value(value: object, datatype: str, name: str) -> InvalidInput:
     return InvalidInput(_where(name, f"{value!r} is not a valid {datatype} value"))
 
 
-def _numbers(data: Any, datatype: str, name: str) -> Array:
+def _numbers(data: object, datatype: str, name: str) -> Array:
     """A numeric array of the values as sent, before any cast.
 
     numpy infers the widest type itself (fast for the common flat list); only
@@ -224,7 +224,7 @@ def _to_int(array: Array, datatype: str, name: str) -> Array:
     return array.astype(dtype)
 
 
-def _integers(numbers: Array, data: Any, datatype: str, name: str) -> Array:
+def _integers(numbers: Array, data: object, datatype: str, name: str) -> Array:
     """Integral floats (``2.0``) as integers, exact even past float64's 53 bits.
 
     numpy also infers float64 when big unsigned and negative or small ints mix.
@@ -271,7 +271,7 @@ def _to_float(array: Array, datatype: str, name: str) -> Array:
     return result
 
 
-def _to_bytes(data: Any, datatype: str, name: str) -> Array:
+def _to_bytes(data: object, datatype: str, name: str) -> Array:
     leaves = _flatten(data)
     for value in leaves:
         if not isinstance(value, str | bytes):
@@ -289,7 +289,7 @@ _FROM_NUMBERS: dict[str, Callable[[Array, str, str], Array]] = {
 }
 
 
-def _from_json(data: Any, datatype: str, name: str) -> Array:
+def _from_json(data: object, datatype: str, name: str) -> Array:
     if datatype == "BF16":
         raise InvalidInput(_where(name, "BF16 data must be sent in binary form"))
     if datatype == "BYTES":
@@ -460,7 +460,7 @@ def decode_raw(
     return _decode_fixed(view, datatype, count, name).reshape(shape)
 
 
-def _element_bytes(value: Any) -> bytes:
+def _element_bytes(value: object) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     return str(value).encode("utf-8")
@@ -488,7 +488,7 @@ def encode_raw(array: Array, datatype: str) -> bytes:
 # --- array -> tensor object -----------------------------------------------------------------
 
 
-def _as_array(value: Any, name: str) -> Array:
+def _as_array(value: object, name: str) -> Array:
     """Array-likes -> ndarray; text stays as Python objects (numpy 'S' would drop NULs)."""
     if isinstance(value, np.ndarray):
         array = value
@@ -515,7 +515,7 @@ def _cast(array: Array, datatype: str, name: str) -> Array:
         raise InvalidInput(_where(name, f"cannot be cast to {datatype}: {exc}")) from None
 
 
-def _text(value: Any, name: str) -> str:
+def _text(value: object, name: str) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         try:
             return bytes(value).decode("utf-8")
@@ -542,7 +542,7 @@ def _json_data(array: Array, datatype: str, name: str) -> list[Any]:
     else:
         finite = array.dtype.kind != "f" or bool(np.isfinite(array).all())
         if finite and array.size >= NUMPY_OUTPUT_SIZE and array.dtype.isnative:
-            # orjson writes a numpy array itself: no Python object per element (S13).
+            # orjson writes a numpy array itself: no Python object per element.
             return np.ascontiguousarray(array.ravel())  # type: ignore[return-value]
         data = array.ravel().tolist()
     if not finite:
@@ -559,7 +559,7 @@ _NATIVE: dict[np.dtype[Any], str] = (
 )
 
 
-def plain_output(name: str, array: Array, binary: bool) -> dict[str, Any] | None:
+def plain_output(name: str, array: Array, binary: bool | None) -> dict[str, Any] | None:
     """The common output (a native numeric ndarray: its bytes, or up to _SMALL finite
     values) without the general casts and checks; None for encode_tensor's general path,
     which builds the same object for what this accepts."""
@@ -587,7 +587,7 @@ def plain_output(name: str, array: Array, binary: bool) -> dict[str, Any] | None
 _PLAIN_BINARY_KEYS = ("name", "datatype", "shape", "parameters", RAW)
 
 
-def plain_binary(obj: Any) -> bytes | None:
+def plain_binary(obj: object) -> bytes | None:
     """The bytes of an output exactly as ``plain_output`` writes it in binary form (its
     keys in that order, ``binary_data_size`` its only parameter): the model's usual
     answer, which the faces write in fewer steps; None for any other object."""
@@ -599,7 +599,7 @@ def plain_binary(obj: Any) -> bytes | None:
 
 
 def encode_tensor(
-    name: str, value: Any, datatype: str | None = None, binary: bool = False
+    name: str, value: object, datatype: str | None = None, binary: bool = False
 ) -> dict[str, Any]:
     """Array-like -> V2 output tensor object ``{"name", "datatype", "shape", "data"}``.
 
@@ -614,7 +614,9 @@ def encode_tensor(
     return encode_checked(name, value, datatype, binary)
 
 
-def encode_checked(name: str, value: Any, datatype: str | None, binary: bool) -> dict[str, Any]:
+def encode_checked(
+    name: str, value: object, datatype: str | None, binary: bool | None
+) -> dict[str, Any]:
     """encode_tensor for any value: every cast, every check, every error message."""
     array = _as_array(value, name)
     if datatype is None:
@@ -683,7 +685,7 @@ def split_binary_body(body: bytes, header_length: int) -> dict[str, Any]:
     return header
 
 
-def _detach_raw(obj: Any, chunks: list[bytes]) -> Any:
+def _detach_raw(obj: object, chunks: list[bytes]) -> Any:
     if not isinstance(obj, dict) or obj.get(RAW) is None:
         return obj
     raw = plain_binary(obj)
@@ -743,7 +745,7 @@ _BACKSLASH = ord("\\")
 _MARKED = re.compile(re.escape(_MARK_JSON) + rb'(NaN|Infinity|-Infinity)"')
 
 
-def _default(value: Any) -> Any:
+def _default(value: object) -> Any:
     """What orjson cannot write natively: numpy leftovers, bytes, sets, dates."""
     if isinstance(value, _NonFinite):
         return _MARK + value.text
@@ -767,7 +769,7 @@ def _default(value: Any) -> Any:
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
-def dumps(obj: Any) -> bytes:
+def dumps(obj: object) -> bytes:
     """JSON bytes of a response; numpy values anywhere in it are written, never a 500.
 
     Bytes that are not UTF-8 are written as base64 text.

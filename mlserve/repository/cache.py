@@ -1,4 +1,5 @@
-"""``ModelCache``: lazy loading with at most N model versions in memory (S11).
+"""``ModelCache``: lazy loading with at most N model versions in memory
+(docs/repository.md#lazy-loading-and-the-cache).
 
 With a cache, the repository publishes every version in the policy without
 loading it; a ``VersionRoute`` loads its model on its first request (the

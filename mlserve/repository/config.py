@@ -1,4 +1,4 @@
-"""Repository configuration (S11): which models are served, and how.
+"""Repository configuration (docs/repository.md#configuration): which models are served, and how.
 
 Two formats, told apart by content:
 
@@ -120,7 +120,8 @@ def configs_from_proto(config: Any, root: Path) -> dict[str, ModelConfig]:
 
 
 def confine(configs: dict[str, ModelConfig], root: Path, known: list[Path]) -> None:
-    """Refuse what a request may not ask for (S13): a base path outside the model
+    """Refuse what a request may not ask for (docs/security.md#model-control-off-by-default):
+    a base path outside the model
     repository ``root`` that the running config does not already serve (a pickle
     there would run its code), or a platform given as a class name to import."""
     root, served = root.resolve(), {path.resolve() for path in known}
@@ -185,11 +186,16 @@ def _platform(entry: dict[str, Any]) -> str:
 
 
 def _text_format_entries(text: str) -> list[dict[str, Any]]:
-    """The entries of a ``model_config_list``, read with TF Serving's own protos."""
+    """The entries of a ``model_config_list``, read with TF Serving's protos as vendored
+    in ``mlserve/protocol/proto`` (no tensorflow-serving-api needed)."""
     from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
 
-    config = text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+    from mlserve.protocol.generated import model_server_config_pb2
+
+    try:
+        config = text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+    except text_format.ParseError as err:
+        raise ValueError(f"bad model_config_list text: {err}") from err
     return [_entry_from_proto(c) for c in config.model_config_list.config]
 
 

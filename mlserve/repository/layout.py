@@ -1,4 +1,5 @@
-"""The on-disk layout of a model repository (S11): ``<base>/<model>/<version>/``.
+"""The on-disk layout of a model repository (docs/repository.md#layout):
+``<base>/<model>/<version>/``.
 
 A version is a folder named by a number. Anything else under a model folder
 is ignored: hidden folders, files, and names that are not numbers, so a

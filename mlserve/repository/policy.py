@@ -1,4 +1,5 @@
-"""Version policies and labels (S11): which versions of a model are served.
+"""Version policies and labels (docs/repository.md#version-policies-and-labels): which
+versions of a model are served.
 
     latest            the highest version (default)
     latest N          the N highest versions
@@ -47,7 +48,7 @@ class VersionPolicy:
         return ordered[-self.num_versions :]
 
     @classmethod
-    def parse(cls, value: Any) -> VersionPolicy:
+    def parse(cls, value: object) -> VersionPolicy:
         """A policy from its config form: a kind name, or ``{kind: {arguments}}``."""
         if value is None:
             return cls()

@@ -1,4 +1,4 @@
-"""``ModelRepository``: the versions on disk, made routes of a router (S11, S10).
+"""``ModelRepository``: the versions on disk, made routes of a router (docs/repository.md).
 
 ``sync()`` brings what is served in line with the disk and the config: new
 versions in the policy are loaded (their class's ``load()`` warms them up)
@@ -304,26 +304,97 @@ class ModelRepository:
             self._retire([key for key in self.served if key[0] == name])
 
     def replace_config(self, configs: dict[str, ModelConfig]) -> None:
-        """Serve exactly ``configs`` from now on (TF Serving's config reload): new
-        models load first, then models absent from it unload; the files' config is
-        no longer read. Raises if a configured model serves no version."""
+        """Serve exactly ``configs`` from now on (TF Serving's config reload), all or
+        nothing: the versions the new config wants that are not served yet load first,
+        unpublished. When a configured model would serve no version, those loads are
+        undone and this raises with nothing changed: the running config and its models
+        keep serving. Otherwise the new versions are published in one swap, then the
+        versions and models the new config leaves out retire; the files' config is no
+        longer read."""
         with self._lock:
+            fresh: dict[Key, VersionRoute] = {}
+            failures: dict[Key, tuple[Any, str]] = {}
+            keep: set[Key] = set()
+            scanned: dict[str, dict[int, Path]] = {}
+            try:
+                for config in configs.values():
+                    scanned[config.name] = self._prepare(config, fresh, failures, keep)
+            except BaseException:
+                self._discard(fresh)
+                raise
+            missing = sorted(name for name in configs if not any(m == name for m, _ in keep))
+            if missing:
+                self._discard(fresh)
+                errors = "; ".join(
+                    f"{k[0]} version {k[1]}: {reason}"
+                    for k, (_, reason) in failures.items()
+                    if k[0] in missing
+                )
+                raise ModelNotReady(
+                    f"models {missing} serve no version: {errors or 'no version on disk'}; "
+                    "the running config is unchanged"
+                )
             self._replaced = dict(configs)
+            self.configs = dict(configs)
             self.added.clear()
             self.unloaded.clear()
             for key in [k for k in self.failed if k[0] in configs]:
                 del self.failed[key]
-            self.sync(stable_only=False)
-            missing = sorted(name for name in configs if not any(m == name for m, _ in self.served))
-            if missing:
-                errors = "; ".join(
-                    f"{k[0]} version {k[1]}: {reason}"
-                    for k, (_, reason) in self.failed.items()
-                    if k[0] in missing
-                )
-                raise ModelNotReady(
-                    f"models {missing} serve no version: {errors or 'no version on disk'}"
-                )
+            self.failed.update(failures)
+            self.served.update(fresh)
+            leaving = [key for key in self.served if key not in keep]
+            if leaving:
+                self._retire(leaving)  # publishes the new versions and the leaving ones at once
+            else:
+                self.publish()
+            for name, version in sorted(fresh):
+                logger.info("serving model %s version %s", name, version)
+            for name, on_disk in scanned.items():
+                self._forget_missing(name, on_disk)
+            self.synced = True
+
+    def _prepare(
+        self,
+        config: ModelConfig,
+        fresh: dict[Key, VersionRoute],
+        failures: dict[Key, tuple[Any, str]],
+        keep: set[Key],
+    ) -> dict[int, Path]:
+        """One model of a new config, made ready without publishing anything: the
+        wanted versions not served yet load into ``fresh`` (or into ``failures``), and
+        the versions it serves once switched go into ``keep``. As ``sync``: served
+        versions the policy leaves out stay only while a wanted one failed to load."""
+        name = config.name
+        current = {(name, v) for m, v in self.served if m == name}
+        on_disk = scan_versions(config.base_path)
+        wanted = config.version_policy.select(on_disk)
+        loaded_all = True
+        for version in wanted:
+            key = (name, version)
+            if key in current:
+                keep.add(key)
+                continue
+            route = self._route(config, version, on_disk[version])
+            if self.cache is None:
+                self.loading.add(key)
+                try:
+                    route.load()
+                except ModelNotReady:
+                    failures[key] = (fingerprint(on_disk[version]), route.error)
+                    loaded_all = False
+                    continue
+                finally:
+                    self.loading.discard(key)
+            fresh[key] = route
+            keep.add(key)
+        if not loaded_all:
+            keep |= current  # availability first, as sync: the old versions serve on
+        return on_disk
+
+    def _discard(self, routes: dict[Key, VersionRoute]) -> None:
+        """Unload versions loaded for a config that is not switched to (never published)."""
+        for route in routes.values():
+            route.retire()
 
     def resolve_label(self, model: str, label: str) -> str:
         """The version a label names (TF Serving's ``/labels/<l>``); it must be served."""

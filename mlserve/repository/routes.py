@@ -142,7 +142,7 @@ class VersionRoute:
             if model is None:
                 model = await run_in_threadpool(self.load)
             self._on_use(self)
-            return await model.do_event_async(event)  # type: ignore[no-any-return]
+            return await model.do_event_async(event)
         finally:
             self._leave()
 
@@ -152,7 +152,7 @@ class VersionRoute:
             if model is None:
                 model = self.load()
             self._on_use(self)
-            return model.do_event(event)  # type: ignore[no-any-return]
+            return model.do_event(event)
         finally:
             self._leave()
 

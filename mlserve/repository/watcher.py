@@ -1,4 +1,4 @@
-"""``RepositoryWatcher``: hot reload by polling (S11).
+"""``RepositoryWatcher``: hot reload by polling (docs/repository.md#hot-reload).
 
 Every ``poll_interval`` seconds a daemon thread runs ``repository.sync()``:
 the config file is read again when it changed, new versions load (in this

@@ -3,10 +3,11 @@
 mlrun's generated nuclio code calls ``nuclio_init_hook(context, globals(),
 serving_subkind)`` from ``init_context`` and then
 ``context.mlrun_handler(context, event)`` for each event. The server is
-mlserve's (one code path, S7); this face answers in mlrun's dialect, as those
-callers expect: an error is a 400 whose body is the error text, and a model's
-``/ready`` is 200 ``Model <m> is ready (event_id = <id>)`` or 408. mlserve's own
-handler (``mlserve.runtimes.nuclio:handler``) answers by the V2 protocol (S4);
+mlserve's (one code path, docs/architecture.md#layers); this face answers in
+mlrun's dialect, as those callers expect: an error is a 400 whose body is the error
+text, and a model's ``/ready`` is 200 ``Model <m> is ready (event_id = <id>)`` or 408.
+mlserve's own
+handler (``mlserve.runtimes.nuclio:handler``) answers by the V2 protocol;
 docs/migrating-from-mlrun.md lists the difference.
 """
 

@@ -1,4 +1,5 @@
-"""nuclio's entry point under the name SPEC S12 gives it; the runtime lives in
+"""nuclio's entry point under the name the nuclio config names
+(docs/deployment.md); the runtime lives in
 ``mlserve.function.nuclio``."""
 
 from mlserve.function.nuclio import *  # noqa: F403

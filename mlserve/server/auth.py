@@ -1,5 +1,6 @@
 """Who may call: bearer tokens, basic users and admin tokens, checked alike by every
-face (the HTTP faces per request, gRPC in an interceptor; docs/security.md#authentication).
+face (the HTTP faces per request, gRPC in an interceptor;
+docs/security.md#authentication-off-by-default).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Server-level REST extensions, answered before the graph so that the mock
-server and every face agree (S10):
+server and every face agree (docs/serving.md#the-url-surface):
 
     GET  /metrics                                   Prometheus text (mlserve's registry)
     GET  /openapi.json, /docs                       the OpenAPI document, browsable
@@ -21,6 +21,7 @@ from mlserve.core.events import Event, Response
 from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.protocol.errors import Forbidden, InvalidInput, ModelNotFound
 from mlserve.protocol.tensors import loads
+from mlserve.server.serving import Serving
 from mlserve.server.stats import find_models, model_stats
 
 __all__ = ["check_model_name", "handle", "install", "model_config"]
@@ -32,7 +33,7 @@ _REPOSITORY = re.compile(r"^/v2/repository/models/(?P<model>[^/]+)/(?P<action>lo
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def install(server: Any) -> None:
+def install(server: Serving) -> None:
     """Give ``server`` the extensions and, unless it has one, a repository over its graph."""
     if getattr(server, "repository", None) is None:
         from mlserve.server.repository import GraphRepository
@@ -49,7 +50,7 @@ def _loads_or_unloads(event: Event) -> bool:
 
 @answers_only(lambda method, path: method == "GET" or path.startswith("/v2/repository/"))
 @suspends_for(_loads_or_unloads)
-async def handle(server: Any, event: Event) -> Response | None:
+async def handle(server: Serving, event: Event) -> Response | None:
     path = event.path
     if event.method == "GET":
         if path.startswith("/v2/models/") or path in _GET_ROUTES:
@@ -60,7 +61,7 @@ async def handle(server: Any, event: Event) -> Response | None:
     return None
 
 
-def _get(server: Any, path: str) -> Response | None:
+def _get(server: Serving, path: str) -> Response | None:
     static = _GET_ROUTES.get(path)
     if static is not None:
         return static(server)
@@ -74,7 +75,7 @@ def _get(server: Any, path: str) -> Response | None:
     return Response(model_config(_one_model(server, match["model"], match["version"])))
 
 
-def _metrics(server: Any) -> Response:
+def _metrics(server: Serving) -> Response:
     from prometheus_client import generate_latest
 
     from mlserve.monitoring.metrics import REGISTRY
@@ -82,14 +83,14 @@ def _metrics(server: Any) -> Response:
     return Response(generate_latest(REGISTRY), content_type=PROMETHEUS_TEXT)
 
 
-def _openapi(server: Any) -> Response:
+def _openapi(server: Serving) -> Response:
     from mlserve.core.version import __version__
     from mlserve.server.openapi import document
 
     return Response(document(__version__))
 
 
-def _docs(server: Any) -> Response:
+def _docs(server: Serving) -> Response:
     from mlserve.core.version import __version__
     from mlserve.server.openapi import docs_page, document
 
@@ -99,7 +100,7 @@ def _docs(server: Any) -> Response:
 _GET_ROUTES = {"/metrics": _metrics, "/openapi.json": _openapi, "/docs": _docs}
 
 
-def _one_model(server: Any, name: str, version: str | None) -> Any:
+def _one_model(server: Serving, name: str, version: str | None) -> Any:
     """The model ``name`` of ``version``; without a version, the unversioned or highest one."""
     models = find_models(server, name, version)
     if version is None and len(models) > 1:
@@ -135,7 +136,7 @@ def model_config(model: Any) -> dict[str, Any]:
         "version": model.version,
         "platform": getattr(model, "platform", "") or "mlserve",
         "backend": "python",
-        "max_batch_size": int(getattr(model, "max_batch_size", 0) or 0),
+        "max_batch_size": _max_batch_size(model),
         "input": [_config_tensor(spec) for spec in getattr(model, "inputs", [])],
         "output": [_config_tensor(spec) for spec in getattr(model, "outputs", [])],
         "parameters": {
@@ -146,8 +147,25 @@ def model_config(model: Any) -> dict[str, Any]:
     }
 
 
-async def _repository(server: Any, event: Event, path: str) -> Response:
+def _max_batch_size(model: object) -> int:
+    """The rows one batch holds: the batcher's, or what makes it (mlserve.batching reads
+    the ``max_batch_size`` parameter over the class attribute); 0 when batching is off."""
+    size = getattr(getattr(model, "batcher", None), "max_batch_size", None)  # made on first use
+    if size is not None:
+        return int(size)
+    size = getattr(model, "max_batch_size", 0)
+    get_param = getattr(model, "get_param", None)
+    if callable(get_param):
+        size = get_param("max_batch_size", size)
+    try:
+        return max(0, int(size or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+async def _repository(server: Serving, event: Event, path: str) -> Response:
     repository = server.repository
+    assert repository is not None  # install() gave the server one
     if path == "/v2/repository/index":
         entries = repository.index()
         body = _json_body(event)

@@ -1,4 +1,5 @@
-"""``GraphServer``: one code path from an Event to a Response, for every face (S7).
+"""``GraphServer``: one code path from an Event to a Response, for every face
+(docs/architecture.md#one-request-face-to-model-and-back).
 
 The core is ``run_async``. The mock server's ``test()`` and the sync ``run()``
 answer a graph of plain (sync) code in the caller's thread, driving the same
@@ -14,7 +15,7 @@ import logging
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -41,6 +42,7 @@ from mlserve.protocol.tensors import (
 )
 from mlserve.server.extensions import install as install_extensions
 from mlserve.server.inline import graph_runs_inline
+from mlserve.server.serving import ModelRepository, ServerHandler
 
 __all__ = [
     "GraphServer",
@@ -57,15 +59,11 @@ logger = logging.getLogger("mlserve.server")
 # Bodies longer than this are parsed on a worker thread, off the event loop.
 OFF_LOOP_BYTES = 256 * 1024
 
-# A server-level route answered before the graph (metrics, stats, repository,
-# endpoint records, ...): returns None, quickly, for paths that are not its own.
-ServerHandler = Callable[["GraphServer", Event], Awaitable["Response | None"]]
-
 
 class ServingRequestError(RuntimeError):
     """A ``test()`` request answered with a status of 300 or more."""
 
-    def __init__(self, status_code: int, body: Any) -> None:
+    def __init__(self, status_code: int, body: object) -> None:
         super().__init__(f"failed ({status_code}): {_body_text(body)}")
         self.status_code = status_code
         self.body = body
@@ -97,7 +95,7 @@ class StepResponse(dict[str, Any]):
         return dict(self)
 
 
-def _body_text(body: Any) -> str:
+def _body_text(body: object) -> str:
     """A response body as its text on the wire (JSON for a structure)."""
     if isinstance(body, (bytes, bytearray)):
         return bytes(body).decode("utf-8", errors="replace")
@@ -110,7 +108,22 @@ def _body_text(body: Any) -> str:
 
 
 class GraphServer:
-    """Serves a graph in-process: the mock server of ``fn.to_mock_server()``."""
+    """Serves a graph in-process: the mock server of ``fn.to_mock_server()``.
+
+    ``model_control``: Triton's ``--model-control-mode=explicit``; the repository
+    load/unload APIs (V2 REST and gRPC, TF Serving's ModelService) answer Forbidden
+    unless it is set. ``limits``: the request timeout, per-model concurrency and
+    queue, and drain timeout (docs/security.md#limits); ``ServerLimits.from_env()``
+    when None.
+    ``hide_errors``: a 5xx's text becomes a generic message with an error id (the
+    text is logged; docs/security.md#errors-without-leaks).
+
+    ``version``, ``functions``, ``graph_initializer``, ``error_stream``,
+    ``tracking_policy``, ``secret_sources`` and ``model_endpoint_creation_task_name``
+    are accepted for mlrun compatibility (mlrun's ``GraphServer`` takes them): they
+    are kept as attributes, and ``tracking_policy`` is read as ``tracking`` when that
+    is not given (as ``from_dict`` does).
+    """
 
     kind = "server"
 
@@ -128,7 +141,17 @@ class GraphServer:
         project: str = "default",
         function_name: str = "",
         function_tag: str = "",
-        **kwargs: Any,
+        model_control: bool = False,
+        limits: ServerLimits | None = None,
+        hide_errors: bool = False,
+        # accepted for mlrun compatibility:
+        version: str | None = None,
+        functions: dict[str, Any] | None = None,
+        graph_initializer: str | Callable[..., Any] | None = None,
+        error_stream: str | None = None,
+        tracking_policy: dict[str, Any] | None = None,
+        secret_sources: list[dict[str, Any]] | None = None,
+        model_endpoint_creation_task_name: str | None = None,
     ) -> None:
         self.graph = step_from_dict(graph) if isinstance(graph, dict) else graph
         self.parameters = dict(parameters or {})
@@ -140,19 +163,22 @@ class GraphServer:
         self.current_function = current_function
         self.default_content_type = default_content_type
         self.track_models = track_models
-        self.tracking = dict(tracking or {})
+        self.tracking = dict(tracking or tracking_policy or {})
         self.project = project
         self.function_name = function_name
         self.function_tag = function_tag
-        self.options = kwargs
-        # Triton's --model-control-mode=explicit: the repository load/unload APIs
-        # (V2 REST and gRPC, TF Serving's ModelService) answer Forbidden unless set.
-        self.model_control = bool(kwargs.pop("model_control", False))
-        # Request timeout, per-model concurrency and queue, drain timeout (S13).
-        self.limits: ServerLimits = kwargs.pop("limits", None) or ServerLimits.from_env()
+        self.version = version or "v2"
+        self.functions = functions or {}
+        self.graph_initializer = graph_initializer
+        self.error_stream = error_stream
+        self.secret_sources = secret_sources or []
+        self.model_endpoint_creation_task_name = model_endpoint_creation_task_name
+        self.model_control = bool(model_control)
+        self.limits = limits or ServerLimits.from_env()
         self.draining = False  # set at SIGTERM: readiness answers 503 from then on
-        # S13: a 5xx's text becomes a generic message with an error id (logged with the text).
-        self.hide_errors = bool(kwargs.pop("hide_errors", False))
+        self.hide_errors = bool(hide_errors)
+        # server.repository: set at init_object (mlserve.server.extensions)
+        self.repository: ModelRepository | None = None
         self.context = GraphContext(
             self.parameters,
             verbose=verbose,
@@ -228,7 +254,7 @@ class GraphServer:
         namespace: dict[str, Any] | None = None,
         logger: logging.Logger | None = None,
         is_mock: bool = False,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         """Prepare the context user code will see."""
         if context is not None:
@@ -252,7 +278,7 @@ class GraphServer:
         if self.track_models or self.tracking.get("enable_tracking"):
             from mlserve.monitoring import setup
 
-            setup(self)  # the model-log stream and endpoint records (S8, S9)
+            setup(self)  # the model-log stream and endpoint records (docs/monitoring.md)
         from mlserve.server.tfserving import tfserving_handler  # TF Serving's /v1 REST API
 
         self.add_handler(tfserving_handler)
@@ -339,7 +365,7 @@ class GraphServer:
             return drive(self._answer(event, inline=True))
         return self._loop.run(self._answer(event))
 
-    def run(self, event: Event, context: Any = None, get_body: bool = False) -> Any:
+    def run(self, event: Event, context: object = None, get_body: bool = False) -> Any:
         """Answer one event synchronously: the body (``get_body``) or an encoded Response."""
         response = self._answer_sync(event)[0]
         if get_body and response.status_code < 300:
@@ -351,7 +377,7 @@ class GraphServer:
     def test(
         self,
         path: str = "/",
-        body: Any = None,
+        body: object = None,
         method: str = "",
         headers: dict[str, Any] | None = None,
         content_type: str | None = None,
@@ -359,7 +385,7 @@ class GraphServer:
         get_body: bool = True,
         event_id: str | None = None,
         trigger: Trigger | str | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> Any:
         """Send a request through the graph, as the HTTP face would.
 
@@ -409,14 +435,15 @@ class GraphServer:
             return
         header_length = _header(event.headers, BINARY_HEADER.lower())
         if header_length is not None:
-            event.body = split_binary_body(bytes(body), _int_header(header_length))
+            data = body.encode() if isinstance(body, str) else bytes(body)  # bytes(str) fails
+            event.body = split_binary_body(data, _int_header(header_length))
             return
         event.body = parse_json_body(body, event.content_type)
 
     def error_response(self, exc: BaseException) -> Response:
         status = status_of(exc)
         body: dict[str, Any] = error_body(exc)
-        if status == 404:  # S13: a 404 never lists the served models (mlrun's message does)
+        if status == 404:  # a 404 never lists the served models (mlrun's message does)
             body["error"] = body["error"].partition(", available models:")[0]
         if status >= 500 and self.hide_errors:
             error_id = uuid.uuid4().hex[:16]
@@ -454,12 +481,12 @@ def user_traceback(exc: BaseException) -> str:
     return "".join(formatted.format())
 
 
-def _is_big_body(body: Any) -> bool:
+def _is_big_body(body: object) -> bool:
     """A body parsed before the server's handlers (off the loop, on the loop path)."""
     return isinstance(body, (str, bytes, bytearray, memoryview)) and len(body) > OFF_LOOP_BYTES
 
 
-def _content_type_of(body: Any) -> str:
+def _content_type_of(body: object) -> str:
     """What a body the graph returned is sent as: text and bytes are not JSON."""
     if type(body) is dict:  # the usual answer, in one check
         return "application/json"
@@ -516,7 +543,7 @@ def encodes_off_loop(response: Response) -> bool:
 async def encode_response_async(response: Response) -> Response:
     """``encode_response``; a response with big tensors is written off the event loop."""
     if encodes_off_loop(response):
-        return await run_in_threadpool(encode_response, response)  # type: ignore[no-any-return]
+        return await run_in_threadpool(encode_response, response)
     return encode_response(response)
 
 
@@ -568,7 +595,8 @@ def create_graph_server(
     current_function: str | None = None,
     **kwargs: Any,
 ) -> GraphServer:
-    """A GraphServer for ``graph`` (mlrun's ``create_graph_server``)."""
+    """A GraphServer for ``graph`` (mlrun's ``create_graph_server``); ``kwargs`` are
+    GraphServer's other parameters."""
     return GraphServer(
         graph, parameters, load_mode, verbose=verbose, current_function=current_function, **kwargs
     )

@@ -30,7 +30,7 @@ from typing import Any
 __all__ = ["graph_runs_inline", "model_runs_inline"]
 
 
-def graph_runs_inline(step: Any) -> bool:
+def graph_runs_inline(step: object) -> bool:
     """Whether every step of the graph below ``step`` is plain (sync) code."""
     from mlserve.graph.flow import FlowStep, RootFlowStep
     from mlserve.graph.steps import RouterStep, TaskStep
@@ -64,7 +64,7 @@ def _one_path(flow: Any) -> bool:
     return responder is not None and not nexts[responder]
 
 
-def _router_runs_inline(router: Any) -> bool:
+def _router_runs_inline(router: object) -> bool:
     """A router whose dispatch is mlserve's own (its sync drive never suspends);
     the user's router may change ``select``, ``preprocess``, ``postprocess``..."""
     from mlserve.graph.routers import BaseModelRouter
@@ -93,7 +93,7 @@ def _task_runs_inline(step: Any) -> bool:
     )
 
 
-def model_runs_inline(model: Any) -> bool:
+def model_runs_inline(model: object) -> bool:
     """A ``V2ModelServer`` whose hooks are plain functions, with mlserve's own
     async dispatch (not a remote model) and no batching."""
     from mlserve.batching import batching_runner

@@ -1,4 +1,5 @@
-"""The model-repository extension over the graph's own routers (S10).
+"""The model-repository extension over the graph's own routers
+(docs/repository.md#the-repository-extension).
 
 ``server.repository`` answers ``POST /v2/repository/index`` and
 ``/v2/repository/models/<m>/load|unload`` through three methods; an on-disk
@@ -16,27 +17,18 @@ answer 404 until it is loaded again. The index keeps listing it, with state
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from mlserve.core.aio import run_in_threadpool
 from mlserve.protocol.errors import ModelNotFound
+from mlserve.server.serving import ModelRepository, Serving
 
 __all__ = ["GraphRepository", "ModelRepository", "find_routers"]
 
 READY, UNAVAILABLE, LOADING = "READY", "UNAVAILABLE", "LOADING"
 
 
-class ModelRepository(Protocol):
-    """What the REST repository extension calls."""
-
-    def index(self) -> list[dict[str, Any]]: ...
-
-    async def load(self, name: str) -> None: ...
-
-    async def unload(self, name: str) -> None: ...
-
-
-def find_routers(step: Any) -> Iterator[Any]:
+def find_routers(step: object) -> Iterator[Any]:
     """Every router step (a step with ``routes``) in the graph, depth first."""
     if step is None:
         return
@@ -53,7 +45,7 @@ def _model_of(route: Any) -> Any:
     return next(iter(route.iter_models()), None)
 
 
-def _state(model: Any) -> tuple[str, str]:
+def _state(model: object) -> tuple[str, str]:
     if model is None:
         return UNAVAILABLE, "not a model"
     if getattr(model, "ready", False):
@@ -65,7 +57,7 @@ def _state(model: Any) -> tuple[str, str]:
 class GraphRepository:
     """Load and unload the routes of the graph's routers by model name."""
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Serving) -> None:
         self.server = server
         # route key -> (router step, route step) of the unloaded routes
         self._unloaded: dict[str, tuple[Any, Any]] = {}
@@ -118,7 +110,7 @@ class GraphRepository:
         _graph_changed(self.server)
 
 
-def _graph_changed(server: Any) -> None:
+def _graph_changed(server: Serving) -> None:
     """Tell the server its routes changed (whether it can answer inline is asked again)."""
     changed = getattr(server, "graph_changed", None)
     if changed is not None:

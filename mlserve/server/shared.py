@@ -30,6 +30,7 @@ from collections import deque
 from typing import Any
 
 from mlserve.protocol import errors
+from mlserve.server.serving import Serving
 
 __all__ = ["CONTROL_FD_ENV", "SharedRepository", "StateRelay", "share_model_state"]
 
@@ -194,7 +195,7 @@ class SharedRepository:
         return None
 
 
-def _settle(future: asyncio.Future[Any], error: Any) -> None:
+def _settle(future: asyncio.Future[Any], error: object) -> None:
     if not future.done():
         future.set_result(error)
 
@@ -207,7 +208,7 @@ def _as_exception(error: dict[str, Any]) -> Exception:
     return errors.ModelError(f"worker {error['pid']}: {error['type']}: {error['message']}")
 
 
-def share_model_state(server: Any) -> None:
+def share_model_state(server: Serving) -> None:
     """In a worker of ``--workers N``: route the server's repository through the relay."""
     fd = os.environ.pop(CONTROL_FD_ENV, None)  # not for the processes this one starts
     if not fd or getattr(server, "repository", None) is None:

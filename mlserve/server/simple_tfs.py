@@ -1,4 +1,5 @@
-"""Simple TensorFlow Serving's conveniences on the ``/v1`` REST API (S10):
+"""Simple TensorFlow Serving's conveniences on the ``/v1`` REST API
+(docs/tensorflow.md#simple-tensorflow-servings-conveniences):
 
     GET  /v1/models/<m>/gen_json                      an example :predict request
     GET  /v1/models/<m>/gen_client?language=L         a ready-to-run client (python, bash,

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from mlserve.protocol.errors import ModelNotFound
+from mlserve.server.serving import Serving
 
 __all__ = ["find_models", "model_stats"]
 
 
-def find_models(server: Any, name: str | None = None, version: str | None = None) -> list[Any]:
+def find_models(server: Serving, name: str | None = None, version: str | None = None) -> list[Any]:
     """The served models named ``name`` (every one when None), of ``version`` when given."""
     models = [m for m in server.iter_models() if hasattr(m, "stats")]
     if name is not None:
@@ -21,7 +22,9 @@ def find_models(server: Any, name: str | None = None, version: str | None = None
     return models
 
 
-def model_stats(server: Any, name: str | None = None, version: str | None = None) -> dict[str, Any]:
+def model_stats(
+    server: Serving, name: str | None = None, version: str | None = None
+) -> dict[str, Any]:
     """``{"model_stats": [...]}`` of the models ``find_models`` picks."""
     return {
         "model_stats": [

@@ -1,4 +1,5 @@
-"""TensorFlow Serving's REST API (``/v1``), answered by the graph server (S10).
+"""TensorFlow Serving's REST API (``/v1``), answered by the graph server
+(docs/tensorflow.md#the-v1-rest-api).
 
     GET  /v1/models/<m>[/versions/<v>|/labels/<l>]            version status
     GET  /v1/models/<m>[/versions/<v>|/labels/<l>]/metadata   signature_def
@@ -33,6 +34,7 @@ from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.graph.routers import BaseModelRouter, sorted_versions
 from mlserve.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady, NotSupported
 from mlserve.protocol.tensors import DATATYPES, decode_tensor, encode_tensor, loads
+from mlserve.server.serving import Serving
 
 __all__ = [
     "infer_path",
@@ -71,7 +73,7 @@ DT_NAMES = {
 
 @answers_only(lambda method, path: path.startswith(PREFIX))
 @suspends_for(lambda event: event.method == "POST" and (event.path or "").startswith(PREFIX))
-async def tfserving_handler(server: Any, event: Event) -> Response | None:
+async def tfserving_handler(server: Serving, event: Event) -> Response | None:
     """A ``GraphServer`` handler: answers ``/v1/models/...``, None for other paths."""
     path = event.path or ""
     if not path.startswith(PREFIX):
@@ -99,7 +101,7 @@ async def tfserving_handler(server: Any, event: Event) -> Response | None:
     return Response(_status(router, model, version))
 
 
-def _resolve_label(server: Any, model: str, label: str) -> str:
+def _resolve_label(server: Serving, model: str, label: str) -> str:
     resolve = getattr(getattr(server, "repository", None), "resolve_label", None)
     version = resolve(model, label) if resolve is not None else None
     if version is None:
@@ -192,7 +194,9 @@ def _ready_model(router: BaseModelRouter, key: str) -> Any:
 # ---- predict -------------------------------------------------------------------------
 
 
-async def _predict(server: Any, router: BaseModelRouter, event: Event, key: str) -> dict[str, Any]:
+async def _predict(
+    server: Serving, router: BaseModelRouter, event: Event, key: str
+) -> dict[str, Any]:
     body = event.body if isinstance(event.body, dict) else _loads(event.body or b"")
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object")
@@ -216,7 +220,9 @@ async def _predict(server: Any, router: BaseModelRouter, event: Event, key: str)
     event.path = (
         f"{router.url_prefix}/{name}" + (f"/versions/{version}" if version else "") + "/infer"
     )
-    answer = (await server.graph.run_async(event)).body
+    graph = server.graph
+    assert graph is not None  # the handler found the router in it
+    answer = (await graph.run_async(event)).body
     outputs = {o["name"]: (o["name"], decode_tensor(o)) for o in answer["outputs"]}
     if row_form:
         return _answer({"predictions": _predictions(list(outputs.values()))}, outputs)
@@ -256,7 +262,7 @@ def _answer(body: dict[str, Any], outputs: dict[str, tuple[str, np.ndarray]]) ->
     return Response(json.dumps(body).encode(), content_type="application/json")
 
 
-def _decode_b64(value: Any) -> Any:
+def _decode_b64(value: object) -> Any:
     if isinstance(value, dict):
         if len(value) == 1 and "b64" in value:
             try:
@@ -276,7 +282,7 @@ def _single_name(declared: list[dict[str, Any]]) -> str:
     return str(declared[0]["name"]) if declared else "inputs"
 
 
-def _from_instances(instances: Any, declared: list[dict[str, Any]]) -> dict[str, Any]:
+def _from_instances(instances: object, declared: list[dict[str, Any]]) -> dict[str, Any]:
     if isinstance(instances, str | bytes | int | float | bool):
         instances = [instances]  # a scalar is one instance
     if not isinstance(instances, list) or not instances:
@@ -292,14 +298,14 @@ def _from_instances(instances: Any, declared: list[dict[str, Any]]) -> dict[str,
     return {name: [row[name] for row in instances] for name in names}
 
 
-def _from_columns(inputs: Any, declared: list[dict[str, Any]]) -> dict[str, Any]:
+def _from_columns(inputs: object, declared: list[dict[str, Any]]) -> dict[str, Any]:
     if isinstance(inputs, dict):
         return inputs
     return {_single_name(declared): inputs}
 
 
 def _v2_request(
-    columns: dict[str, Any], declared: list[dict[str, Any]], signature: Any
+    columns: dict[str, Any], declared: list[dict[str, Any]], signature: object
 ) -> dict[str, Any]:
     types = {spec["name"]: spec.get("datatype") for spec in declared}
     unknown = sorted(set(columns) - set(types)) if declared else []
@@ -317,7 +323,7 @@ def _v2_request(
     return {"inputs": tensors, "parameters": parameters}
 
 
-def _array(name: str, value: Any, datatype: str | None) -> np.ndarray:
+def _array(name: str, value: object, datatype: str | None) -> np.ndarray:
     try:
         if datatype == "BYTES" or (datatype is None and _has_text(value)):
             return np.array(value, dtype=object)
@@ -331,7 +337,7 @@ def _array(name: str, value: Any, datatype: str | None) -> np.ndarray:
     return array
 
 
-def _has_text(value: Any) -> bool:
+def _has_text(value: object) -> bool:
     while isinstance(value, list) and value:
         value = value[0]
     return isinstance(value, (str, bytes))
@@ -339,7 +345,7 @@ def _has_text(value: Any) -> bool:
 
 def _predictions(outputs: list[tuple[str, np.ndarray]]) -> list[Any]:
     if len(outputs) == 1:
-        return _json(*outputs[0])  # type: ignore[no-any-return]
+        return _json(*outputs[0])
     rows = {len(array) if array.ndim else 1 for _, array in outputs}
     if len(rows) != 1:
         raise InvalidInput(
@@ -349,7 +355,7 @@ def _predictions(outputs: list[tuple[str, np.ndarray]]) -> list[Any]:
     return [{name: _json(name, array[i]) for name, array in outputs} for i in range(count)]
 
 
-def _json(name: str, value: Any) -> Any:
+def _json(name: str, value: object) -> Any:
     """TF Serving's JSON of an output (or of one row of it): bytes as text when UTF-8,
     else ``{"b64"}`` (always for ``*_bytes``); bytes are kept whole (trailing NULs too)."""
     always = name.endswith("_bytes")
@@ -361,7 +367,7 @@ def _json(name: str, value: Any) -> Any:
     return np.vectorize(lambda v: _bytes_json(v, always), otypes=[object])(array).tolist()
 
 
-def _bytes_json(value: Any, always_b64: bool) -> Any:
+def _bytes_json(value: object, always_b64: bool) -> Any:
     if not isinstance(value, bytes):
         return value
     if not always_b64:
@@ -398,7 +404,7 @@ def _generated(event: Event, router: BaseModelRouter, key: str, path: str, tail:
 
 
 async def _predict_with_extras(
-    server: Any, router: BaseModelRouter, event: Event, key: str
+    server: Serving, router: BaseModelRouter, event: Event, key: str
 ) -> Response:
     """``:predict``, taking multipart image uploads and answering ``?verbose=true`` timings."""
     from time import perf_counter
@@ -436,7 +442,7 @@ async def _predict_with_extras(
     return Response(body)
 
 
-def _as_response(answer: Any) -> Response:
+def _as_response(answer: object) -> Response:
     return answer if isinstance(answer, Response) else Response(answer)
 
 
@@ -444,7 +450,7 @@ def _as_response(answer: Any) -> Response:
 
 
 def resolve_route(
-    server: Any, model: str, version: str | None = None, label: str | None = None
+    server: Serving, model: str, version: str | None = None, label: str | None = None
 ) -> tuple[BaseModelRouter, str]:
     """The model router and the route key of ``model`` at a version, a label, or the highest."""
     router = getattr(server.graph, "object", None)
@@ -466,7 +472,7 @@ def ready_model(router: BaseModelRouter, key: str) -> Any:
     return _ready_model(router, key)
 
 
-def signature_defs(model: Any) -> dict[str, Any]:
+def signature_defs(model: object) -> dict[str, Any]:
     """A model's SignatureDefs as JSON of the protos (a V2 model gets ``serving_default``)."""
     return model.signature_defs() if hasattr(model, "signature_defs") else _signature_defs(model)
 

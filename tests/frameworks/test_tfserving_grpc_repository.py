@@ -322,3 +322,43 @@ def test_load_poll_predict_unload_through_model_service(served: Served, stub) ->
     error = reload(base_path=str(served.half.parent / "ghost"), model_platform="os.system")
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "platform" in error.details()
     manager.channel.close()
+
+
+def test_a_failed_reload_leaves_the_running_config_serving(served: Served, stub) -> None:
+    """HandleReloadConfigRequest is all or nothing: when one model of the new config
+    cannot serve (no such folder, a failing load), the error is reported and the models
+    of the running config, those the new one leaves out included, keep serving."""
+    manager = ModelManager(f"127.0.0.1:{served.grpc_port}")
+    manager.models = {"half_plus_two": str(served.half), "examples": str(served.models.examples)}
+    manager._reload()
+    manager.wait("examples", lambda states: states == {1: State.AVAILABLE})
+    manager.wait("half_plus_two", lambda states: states == {2: State.AVAILABLE})
+    broken = served.half.parent / "broken" / "1"
+    broken.mkdir(parents=True, exist_ok=True)
+    (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
+
+    for name, path in (("ghost", "ghost"), ("broken", "broken")):
+        config = model_server_config_pb2.ModelServerConfig()
+        config.model_config_list.config.add(
+            name="half_plus_two", base_path=str(served.half), model_platform="tensorflow"
+        )
+        config.model_config_list.config.add(
+            name=name, base_path=str(served.half.parent / path), model_platform="tensorflow"
+        )
+        with pytest.raises(grpc.RpcError) as error:
+            manager.stub.HandleReloadConfigRequest(
+                model_management_pb2.ReloadConfigRequest(config=config), TIMEOUT
+            )
+        assert error.value.code() == grpc.StatusCode.UNAVAILABLE, error.value.details()
+        assert name in error.value.details()
+        # nothing changed: "examples", absent from the new config, still serves
+        assert manager.states("examples") == {1: State.AVAILABLE}
+        assert manager.states("half_plus_two") == {2: State.AVAILABLE}
+        assert manager.states(name) is None
+        assert half_plus_two(stub) == [3.5, 4.0]
+        request = regression_pb2.RegressionRequest()
+        request.model_spec.name = "examples"
+        request.model_spec.signature_name = "regress_x"
+        request.input.example_list.examples.extend(examples(8.0))
+        assert [r.value for r in stub.Regress(request, TIMEOUT).result.regressions] == [6.0]
+    manager.channel.close()

@@ -175,7 +175,7 @@ def test_a_repository_is_copied_into_the_build(tmp_path: Path) -> None:
 
 
 def test_the_image_hides_exception_text_from_clients() -> None:
-    """S13: container images run with --hide-errors (MLSERVE_HIDE_ERRORS=1)."""
+    """Container images run with --hide-errors (MLSERVE_HIDE_ERRORS=1)."""
     from mlserve.function.build import BuildOptions, dockerfile
 
     assert "ENV MLSERVE_HIDE_ERRORS=1\n" in dockerfile("fn", BuildOptions(), has_models=False)

@@ -1,4 +1,4 @@
-"""VotingEnsemble and ParallelRun (S5)."""
+"""VotingEnsemble and ParallelRun (docs/graphs.md#ensembles-and-parallel-runs)."""
 
 from __future__ import annotations
 

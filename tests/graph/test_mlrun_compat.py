@@ -1,5 +1,6 @@
 """mlrun's own graph scenarios (tests/serving/test_flow.py, test_async_flow.py,
-test_serving.py), ported by changing imports; SPEC S5-S7 decide the answers."""
+test_serving.py), ported by changing imports; docs/graphs.md and docs/serving.md decide
+the answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ModelRouter: every row of the S4 URL table, through ``server.test()``."""
+"""ModelRouter: every row of the URL table (docs/serving.md#the-url-surface), through
+``server.test()``."""
 
 from __future__ import annotations
 
@@ -225,7 +226,8 @@ def test_stream_form_body_id(server: mlserve.GraphServer) -> None:
 def test_stream_form_unknown_model_is_404(server: mlserve.GraphServer) -> None:
     answer = _call(server, "/", body={"model": "nope", "inputs": [1]})
     assert answer.status_code == 404
-    assert answer.body == {"error": "ModelNotFound: model nope doesn't exist"}  # no names (S13)
+    # no names (docs/security.md#errors-without-leaks)
+    assert answer.body == {"error": "ModelNotFound: model nope doesn't exist"}
 
 
 def test_stream_form_illegal_operation_is_400(server: mlserve.GraphServer) -> None:

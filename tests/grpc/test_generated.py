@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.grpc.venvs import PROTOC_REQUIREMENTS, ROOT, venv
 
 
@@ -41,3 +43,47 @@ def test_checked_in_stubs_match_the_proto(tmp_path: Path) -> None:
     ]
     for path in fresh:
         assert (tmp_path / path).read_bytes() == (ROOT / path).read_bytes(), f"{path} is stale"
+
+
+def test_checked_in_config_module_matches_the_proto(tmp_path: Path) -> None:
+    # The Makefile's `generate` target's second command: TF Serving's config messages
+    # for the repository layer (mlserve/protocol/proto), without gRPC stubs.
+    subprocess.run(
+        [
+            str(venv("protoc", *PROTOC_REQUIREMENTS)),
+            "-m",
+            "grpc_tools.protoc",
+            "-Imlserve/protocol/generated=mlserve/protocol/proto",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            "mlserve/protocol/generated/model_server_config.proto",
+        ],
+        cwd=ROOT,
+        check=True,
+    )
+    fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert [p.name for p in fresh] == ["model_server_config_pb2.py", "model_server_config_pb2.pyi"]
+    for path in fresh:
+        assert (tmp_path / path).read_bytes() == (ROOT / path).read_bytes(), f"{path} is stale"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-Imlserve/protocol/generated=mlserve/protocol/proto" in makefile
+    assert "mlserve/protocol/generated/model_server_config.proto" in makefile
+
+
+def test_the_config_module_reads_what_tf_serving_writes() -> None:
+    # Same field names and numbers as TF Serving's own ModelServerConfig: its text and
+    # its wire form read alike, and both modules live in one process (no clash).
+    pytest.importorskip("tensorflow_serving")
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2 as theirs
+
+    from mlserve.protocol.generated import model_server_config_pb2 as ours
+
+    config = theirs.ModelServerConfig()
+    entry = config.model_config_list.config.add(name="m", base_path="/m", model_platform="tf")
+    entry.model_version_policy.specific.versions.extend([1, 2])
+    entry.version_labels["stable"] = 1
+    entry.logging_config.sampling_config.sampling_rate = 0.25
+    mine = ours.ModelServerConfig.FromString(config.SerializeToString())
+    assert text_format.MessageToString(mine) == text_format.MessageToString(config)
+    assert text_format.Parse(text_format.MessageToString(config), ours.ModelServerConfig()) == mine

@@ -1,4 +1,5 @@
-"""Endpoint records of S9 on SQLite (the default) and on a real PostgreSQL."""
+"""Endpoint records (docs/monitoring.md#endpoint-records) on SQLite (the default) and on
+a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def start(fn: Any) -> Any:
 
 
 def test_uid_is_sha1_of_project_function_tag_model_version() -> None:
-    # an unversioned model hashes with version "latest", as mlrun's uid (S9)
+    # an unversioned model hashes with version "latest", as mlrun's uid
     expected = hashlib.sha1(b"p_fn_N/A_m1_latest").hexdigest()
     assert endpoint_uid("p", "fn", "", "m1", "") == expected
     assert endpoint_uid("p", "fn", "", "m1", "latest") == expected

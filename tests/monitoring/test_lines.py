@@ -70,8 +70,8 @@ def test_a_line_is_the_dict_record_encoded_byte_for_byte() -> None:
         fields = rec.ModelFields(model, 3, "proj/fn")
         for start in STARTS:
             for request, response, metrics in CALLS:
-                call = (model, start, request, response, "infer", 12, metrics)
-                line = rec.success_line(fields, *call[1:])
+                call = rec.Call(model, start, request, response, "infer", 12, metrics)
+                line = rec.success_line(fields, start, request, response, "infer", 12, metrics)
                 assert line == dumps(rec.success_record(fields, call))
     assert dict(CALLS[8][0]) == {"x": 1}  # a defaultdict request is read, never written to
 
@@ -126,7 +126,7 @@ def test_success_line_of_a_time_ns_start_is_the_record_of_its_datetime() -> None
     fields = rec.ModelFields(Model("m"), 0, "p/f")
     ns = 1_795_000_000_123_456_789
     line = rec.success_line(fields, ns, ROWS, {"outputs": [3, 7]}, "infer", 5)
-    call = (None, rec.at_ns(ns), ROWS, {"outputs": [3, 7]}, "infer", 5, None)
+    call = rec.Call(None, rec.at_ns(ns), ROWS, {"outputs": [3, 7]}, "infer", 5)
     assert line == dumps(rec.success_record(fields, call))
     assert json.loads(line)["when"] == "2026-11-18 11:06:40.123456+00:00"
 
@@ -349,7 +349,9 @@ def test_the_sender_wakes_when_callers_on_two_threads_pass_the_mark_together(
     else:
         target = MemoryStream(f"dummy://wake-{time.time_ns()}")
         sent, mark = target.records, pusher_module.WAKE_AT
-        racing = (model, start, {"inputs": [["other thread"]]}, {"outputs": [1]}, "infer", 5, None)
+        racing = rec.Call(
+            model, start, {"inputs": [["other thread"]]}, {"outputs": [1]}, "infer", 5
+        )
     pusher = StreamPusher(target)
     for _ in range(mark - 1):
         pusher.push(model, start, ROWS, {"outputs": [3, 7]}, "infer", 5)

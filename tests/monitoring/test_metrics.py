@@ -1,4 +1,5 @@
-"""Prometheus metrics of S14: per model and operation, load times, stream counts."""
+"""Prometheus metrics (docs/monitoring.md#prometheus-metrics): per model and operation,
+load times, stream counts."""
 
 from __future__ import annotations
 

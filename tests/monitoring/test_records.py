@@ -1,4 +1,4 @@
-"""The model-log records of S8, read from the in-memory stream."""
+"""The model-log records (docs/monitoring.md#records), read from the in-memory stream."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Request forms (S3): rows vs tensors, declared inputs, output tensors, the JSON body rule."""
+"""Request forms (docs/models.md#request-forms): rows vs tensors, declared inputs, output
+tensors, the JSON body rule."""
 
 from __future__ import annotations
 
@@ -282,7 +283,7 @@ def test_binary_outputs_carry_raw_bytes() -> None:
     assert "data" not in output
 
 
-# ---- the JSON body rule (S7) ----
+# ---- the JSON body rule ----
 
 
 @pytest.mark.parametrize(

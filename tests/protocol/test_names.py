@@ -1,5 +1,5 @@
-"""Request targets (S13): what is refused, and the cache of allowed targets never
-lets a refused one through."""
+"""Request targets (docs/security.md#model-control-off-by-default): what is refused, and
+the cache of allowed targets never lets a refused one through."""
 
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ DOTS = "'..', '.' and empty names are not allowed in a request path"
         (b"/v2/models/../x", "/v2/models/../x", DOTS),
         (b"/v2/models/./x", "/v2/models/./x", DOTS),
         (b"/v2//models", "/v2//models", DOTS),
+        (b"/v1/models/..:predict", "/v1/models/..:predict", DOTS),
+        (b"/v1/models/%2e%2e:predict", "/v1/models/..:predict", DOTS),
+        (b"/v1/models/m/versions/.:predict", "/v1/models/m/versions/.:predict", DOTS),
+        (b"/v2/models/..:1/infer", "/v2/models/..:1/infer", DOTS),
+        (b"/v2/models/m:../infer", "/v2/models/m:../infer", DOTS),
+        (b"/v1/models/m:predict", "/v1/models/m:predict", None),
+        (b"/v2/models/m:1/infer", "/v2/models/m:1/infer", None),
+        (b"/v2/models/m:.v1/infer", "/v2/models/m:.v1/infer", None),
     ],
 )
 def test_targets(raw: bytes, path: str, error: str | None) -> None:

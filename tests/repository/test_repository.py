@@ -264,3 +264,46 @@ def test_models_added_to_the_function_serve_beside_the_repository(
         assert server.test("/v2/health/ready", method="GET") == {"ready": True}
     finally:
         server.wait_for_completion()
+
+
+def test_a_failed_config_reload_changes_nothing(repo: Path, serve_repo: Any) -> None:
+    """TF Serving's config reload is all or nothing: a model that serves no version under
+    the new config (no such folder, a failing load) leaves the running config serving."""
+    from mlserve.repository.config import parse_config
+
+    write_version(repo, "n", 1, bias=10)
+    write_version(repo, "k", 1, bias=20)
+    (repo / "bad" / "1").mkdir(parents=True)
+    (repo / "bad" / "1" / "model.json").write_text("not json")
+    server = serve_repo(repo, [{"name": "m"}, {"name": "n"}])
+    repository = server.repository
+    assert (version_of(server), version_of(server, "n")) == ("2", "1")
+    running = dict(repository.configs)
+
+    def reload(text: str) -> None:
+        repository.replace_config(parse_config(text, repo))
+
+    entry = "  - {name: %s, class_name: tests.repository.fixtures.LinearModel%s}\n"
+    for broken in ("ghost", "bad"):  # the folder is missing / its only version fails to load
+        text = "models:\n" + entry % ("m", ", version_policy: all") + entry % ("k", "")
+        with pytest.raises(ModelNotReady, match=f"{broken}.*unchanged"):
+            reload(text + entry % (broken, ""))
+        assert repository.configs == running
+        assert (version_of(server), version_of(server, "n")) == ("2", "1")
+        assert server.test("/v2/models/", method="GET") == {"models": ["m:2", "n:1"]}
+        assert LinearModel.count("unload", "m:2") == LinearModel.count("unload", "n:1") == 0
+        # what was loaded for the new config is unloaded again, never served
+        assert LinearModel.count("load", "k:1") == LinearModel.count("unload", "k:1") > 0
+        assert LinearModel.count("load", "m:1") == LinearModel.count("unload", "m:1") > 0
+        assert "k" not in {e["name"] for e in repository.index()}
+
+    # a good config switches: new versions serve, what it leaves out retires
+    reload(
+        "models:\n"
+        + entry % ("m", ", version_policy: {specific: {versions: [1]}}")
+        + entry % ("k", "")
+    )
+    assert (version_of(server), version_of(server, "k")) == ("1", "1")
+    assert server.test("/v2/models/", method="GET") == {"models": ["k:1", "m:1"]}
+    wait_until(lambda: LinearModel.count("unload", "n:1") == 1)
+    wait_until(lambda: LinearModel.count("unload", "m:2") == 1)

@@ -1,4 +1,4 @@
-"""The nuclio entry points (S12), driven with nuclio_sdk's own Event, TriggerInfo and Context."""
+"""The nuclio entry points, driven with nuclio_sdk's own Event, TriggerInfo and Context."""
 
 from __future__ import annotations
 

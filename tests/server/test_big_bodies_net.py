@@ -1,4 +1,4 @@
-"""A big JSON tensor request on a real server (S13): health checks do not wait
+"""A big JSON tensor request on a real server (docs/security.md#limits): health checks do not wait
 behind it, and its peak memory stays within 4x the body."""
 
 from __future__ import annotations

@@ -97,6 +97,34 @@ async def test_model_config(http: httpx.AsyncClient) -> None:
     assert (await http.get("/v2/models/v/versions/1/config")).json()["version"] == "1"
 
 
+class BatchedDoubler(Doubler):
+    max_batch_size = 4  # the class's own; a model parameter overrides it
+
+
+@pytest.mark.parametrize(
+    ("add", "size"),
+    [
+        ({"class_name": Doubler, "max_batch_size": 8}, 8),
+        ({"class_name": Doubler, "max_batch_size": "16"}, 16),
+        ({"class_name": BatchedDoubler}, 4),
+        ({"class_name": BatchedDoubler, "max_batch_size": 32}, 32),
+        ({"class_name": BatchedDoubler, "max_batch_size": 0}, 0),
+    ],
+)
+async def test_model_config_shows_the_batch_size_set_as_a_parameter(
+    add: dict[str, Any], size: int
+) -> None:
+    fn = mlserve.new_function("batched")
+    fn.add_model("b", **add)
+    transport = httpx.ASGITransport(app=create_app(fn.to_mock_server()))
+    async with httpx.AsyncClient(transport=transport, base_url="http://mlserve") as http:
+        before = (await http.get("/v2/models/b/config")).json()
+        answer = await http.post("/v2/models/b/infer", json={"inputs": [1, 2]})
+        assert answer.status_code == 200 and answer.json()["outputs"] == [2, 4]
+        after = (await http.get("/v2/models/b/config")).json()
+    assert before["max_batch_size"] == after["max_batch_size"] == size
+
+
 async def test_metrics_serves_the_registry(http: httpx.AsyncClient) -> None:
     counter = Counter("mlserve_test_hits", "a counter of this test", registry=REGISTRY)
     try:

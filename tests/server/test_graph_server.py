@@ -1,4 +1,4 @@
-"""GraphServer (S7): test() semantics, body parsing, errors, load modes, run()."""
+"""GraphServer: test() semantics, body parsing, errors, load modes, run()."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def test_test_without_a_graph_is_a_clear_error() -> None:
         GraphServer().init_object()
 
 
-# ---- body parsing (S7) ----
+# ---- body parsing ----
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Server-side limits on a real ``mlserve serve`` process (S13): per-model
+"""Server-side limits on a real ``mlserve serve`` process (docs/security.md#limits): per-model
 concurrency, 429 with Retry-After, request timeout, graceful stop."""
 
 from __future__ import annotations

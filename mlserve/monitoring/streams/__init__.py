@@ -1,4 +1,5 @@
-"""Stream targets of the model-log stream, chosen by URL scheme (S8).
+"""Stream targets of the model-log stream, chosen by URL scheme
+(docs/monitoring.md#targets).
 
 A target is a small class with ``push(records)``, ``flush()`` and ``close()``;
 ``push`` raises when the target cannot take the records, and the pusher
@@ -20,7 +21,13 @@ import importlib
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-__all__ = ["StreamRegistry", "StreamTarget", "open_stream", "stream_registry"]
+__all__ = [
+    "JsonStreamTarget",
+    "StreamRegistry",
+    "StreamTarget",
+    "open_stream",
+    "stream_registry",
+]
 
 
 class StreamTarget(Protocol):
@@ -31,13 +38,19 @@ class StreamTarget(Protocol):
     def close(self) -> None: ...
 
 
+class JsonStreamTarget(StreamTarget, Protocol):
+    """A target that also takes records encoded already (one JSON line each)."""
+
+    def push_json(self, lines: list[bytes], keys: list[bytes]) -> None: ...
+
+
 class StreamRegistry:
     """Stream target classes by URL scheme: ``"module:Class"`` references or classes."""
 
     def __init__(self) -> None:
         self._targets: dict[str, Any] = {}
 
-    def register(self, scheme: str, target: Any) -> None:
+    def register(self, scheme: str, target: object) -> None:
         if scheme in self._targets:
             raise ValueError(f"a stream target is already registered for '{scheme}://'")
         self._targets[scheme] = target
@@ -52,10 +65,10 @@ class StreamRegistry:
             target = getattr(importlib.import_module(module), name)
         return target
 
-    def open(self, url: str, **args: Any) -> StreamTarget:
+    def open(self, url: str, **args: object) -> StreamTarget:
         """A target for ``url``; a plain path (no scheme) is a file."""
         scheme = urlsplit(url).scheme if "://" in url else "file"
-        return self.get(scheme)(url, **args)  # type: ignore[no-any-return]
+        return self.get(scheme)(url, **args)
 
 
 stream_registry = StreamRegistry()
@@ -70,6 +83,6 @@ for _scheme, _target in (
     stream_registry.register(_scheme, _target)
 
 
-def open_stream(url: str, **args: Any) -> StreamTarget:
+def open_stream(url: str, **args: object) -> StreamTarget:
     """Open the stream target of ``url`` (see :class:`StreamRegistry`)."""
     return stream_registry.open(url, **args)

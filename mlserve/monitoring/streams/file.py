@@ -24,7 +24,7 @@ class FileStream:
 
     uses_keys = False  # push_json's keys (model names) are not written: the pusher keeps none
 
-    def __init__(self, url: str, **args: Any) -> None:
+    def __init__(self, url: str, **args: object) -> None:
         self.path = _path_of(url)
         self._file: Any = None
 

@@ -76,7 +76,7 @@ class KafkaStream:
         self._producer = Producer(self.config)
         return self._producer
 
-    def _delivered(self, error: Any, message: Any) -> None:
+    def _delivered(self, error: object, message: object) -> None:
         if error is not None:
             self._errors.append(error)
 

@@ -15,7 +15,7 @@ _lock = threading.Lock()
 class MemoryStream:
     """Keeps every pushed record in ``records``; ``dummy://x`` opened twice is one stream."""
 
-    def __new__(cls, url: str = "dummy://", **args: Any) -> MemoryStream:
+    def __new__(cls, url: str = "dummy://", **args: object) -> MemoryStream:
         parts = urlsplit(url)
         name = (parts.netloc + parts.path).strip("/")
         with _lock:

@@ -20,7 +20,7 @@ class RedisStream:
     """A redis-py client; the connection is made (and remade) on demand by redis-py."""
 
     def __init__(
-        self, url: str, stream: str | None = None, maxlen: int | None = None, **client_args: Any
+        self, url: str, stream: str | None = None, maxlen: int | None = None, **client_args: object
     ) -> None:
         import redis
 

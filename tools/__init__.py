@@ -1,0 +1,1 @@
+"""Development tools of mlserve (not part of the installed package)."""
