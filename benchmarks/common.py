@@ -203,8 +203,9 @@ def rss_mib(pid: int) -> float:
     return total / 1024
 
 
-def load_average() -> float:
-    return os.getloadavg()[0]
+# The 1-minute load when this run began (the module is imported first thing): what the tables
+# report, since by their end the run itself is the load.
+STARTED_AT_LOAD = os.getloadavg()[0]
 
 
 # ---- load -------------------------------------------------------------------------
@@ -302,7 +303,7 @@ def machine() -> str:
     return (
         f"{date}, {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, "
         f"mlserve {version(None, 'mlserve')} (commit {commit}), "
-        f"1-minute load average {load_average():.2f} at the start"
+        f"1-minute load average {STARTED_AT_LOAD:.2f} at the start"
     )
 
 
@@ -390,3 +391,22 @@ def ab_lines(stats: dict[tuple[str, str, int], dict[str, float]], ref: str | Non
             rows.append([form, conns, cpu, f"{now['rps'] / before['rps']:.2f}x"])
     header = ["request", "connections", f"CPU us/request {base} -> mlserve"]
     return ["", *table_lines([*header, f"req/s mlserve/{base}"], rows)]
+
+
+def command_line(module: str, args: argparse.Namespace, defaults: dict[str, Any]) -> str:
+    """The command that reproduces a run: duration and rounds, then each option of
+    ``defaults`` whose value differs from its default (a flag by its name alone)."""
+    words = [f"python -m benchmarks.{module}", f"--duration {args.duration:g}"]
+    words.append(f"--repeat {args.repeat}")
+    for name, default in defaults.items():
+        value = getattr(args, name)
+        if value == default or value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, list):
+            words.append(f"{flag} {' '.join(map(str, value))}")
+        else:
+            words.append(f"{flag} {value}")
+    return " ".join(words)

@@ -38,6 +38,7 @@ from benchmarks.common import (
     ab_lines,
     arguments,
     baseline_tree,
+    command_line,
     cpu_seconds,
     ensure_env,
     exit_on_sigterm,
@@ -312,27 +313,21 @@ def _failed(group: list[dict[str, Any]]) -> float:
     return float(sum(row["bad"] for row in group))
 
 
-def command_line(args: argparse.Namespace) -> str:
-    """The command that reproduces this run."""
-    words = ["python -m benchmarks.grpc_load", f"--duration {args.duration:g}"]
-    words.append(f"--repeat {args.repeat}")
-    if args.connections != [1, 8, 64]:
-        words.append("--connections " + " ".join(map(str, args.connections)))
-    if args.servers != [s.name for s in SERVERS]:
-        words.append("--servers " + " ".join(args.servers))
-    if args.baseline:
-        words.append(f"--baseline {args.baseline}")
-    if args.inproc:
-        words.append("--inproc")
-    return " ".join(words)
-
-
 def table(stats: Stats, args: argparse.Namespace, inproc: list[str]) -> str:
     peers = f"MLServer {version('mlserver')}, KServe {version('kserve')}"
     grpcio = version(None, "grpcio")
     lines = heading(
         "gRPC: mlserve, MLServer, KServe and a bare grpc.aio floor",
-        command_line(args),
+        command_line(
+            "grpc_load",
+            args,
+            {
+                "connections": [1, 8, 64],
+                "servers": [s.name for s in SERVERS],
+                "baseline": None,
+                "inproc": False,
+            },
+        ),
         f"; {peers}; grpcio {grpcio} (mlserve and the floor); h2load, one stream per "
         f"connection, {args.duration:g} s per point after a {args.warmup:g} s warm-up, median "
         f"of {args.repeat} alternating round(s). V2 ModelInfer of a [1, 4] FP32 tensor: `typed` "

@@ -33,6 +33,7 @@ from benchmarks.common import (
     ab_lines,
     arguments,
     baseline_tree,
+    command_line,
     cpu_seconds,
     ensure_env,
     exit_on_sigterm,
@@ -220,7 +221,11 @@ def table(stats: Stats, args: argparse.Namespace) -> str:
     peers = f"MLServer {version('mlserver')}, KServe {version('kserve')}"
     lines = heading(
         "HTTP: mlserve, MLServer, KServe and the floor",
-        f"python -m benchmarks.http_load --duration {args.duration:g} --repeat {args.repeat}",
+        command_line(
+            "http_load",
+            args,
+            {"connections": [1, 8, 64], "servers": [s.name for s in SERVERS], "baseline": None},
+        ),
         f"; {peers}; {args.duration:g} s per point after a {args.warmup:g} s warm-up, "
         f"median of {args.repeat} alternating round(s).",
     )

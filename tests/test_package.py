@@ -141,3 +141,17 @@ def test_one_kafka_client():
     imports = re.compile(r"^\s*(from|import) kafka\b", re.M)
     sources = [*root.glob("mlserve/**/*.py"), *root.glob("tests/**/*.py"), *root.glob("docs/*.md")]
     assert [str(p) for p in sources if imports.search(p.read_text())] == []
+
+
+def test_the_first_import_paths_of_moved_names_still_work():
+    """Names that moved to mlserve.core keep the paths users' code (and mlrun's port of
+    ``MockTrigger``) imports them from."""
+    from mlserve.core import events, limits
+    from mlserve.function.repository import function_from_repository
+    from mlserve.repository import function_from_repository as through_repository
+    from mlserve.server.events import MockEvent, Trigger
+    from mlserve.server.limits import ServerLimits
+
+    assert (Trigger, MockEvent) == (events.Trigger, events.MockEvent)
+    assert ServerLimits is limits.ServerLimits
+    assert through_repository is function_from_repository

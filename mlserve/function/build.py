@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlserve.core.version import __version__
+
 __all__ = [
     "BuildOptions",
     "build",
@@ -366,8 +368,6 @@ def _nuclio_config(fn: Any, options: BuildOptions) -> dict[str, Any]:
 
 def build(fn: Any, out_dir: str | Path, options: BuildOptions | None = None) -> list[Path]:
     """Write the build folder of ``fn`` (a ServingFunction); returns the files written."""
-    from mlserve.core.version import __version__
-
     options = options or BuildOptions()
     if options.kafka:
         options.kafka_source()  # a bad --kafka fails before anything is written

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from mlserve.core.version import __version__
 from mlserve.function.walk import iter_steps
 
 __all__ = [
@@ -69,8 +70,6 @@ def function_config(fn: Any, mlserve_requirement: str = "") -> dict[str, Any]:
 
     Warns about model paths that only exist on this machine: nuclio's
     container will not find them (give a URL or a path mounted there)."""
-    from mlserve.core.version import __version__
-
     local = local_model_paths(fn.spec.graph)
     if local:
         listed = ", ".join(f"{name}: {path}" for name, path in local.items())

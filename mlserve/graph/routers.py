@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from mlserve.core.aio import drive
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event, Response
+from mlserve.core.version import __version__
 from mlserve.protocol.errors import InvalidInput, ModelNotFound
 from mlserve.protocol.forms import is_json_type
 from mlserve.protocol.paths import get_path, set_path
@@ -33,8 +34,6 @@ EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_con
 
 
 def server_metadata() -> dict[str, Any]:
-    from mlserve.core.version import __version__
-
     return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
 
 

@@ -19,8 +19,11 @@ from typing import Any
 
 from mlserve.core.events import Event, Response
 from mlserve.core.handlers import answers_only, suspends_for
+from mlserve.core.version import __version__
+from mlserve.graph.routers import highest_version
 from mlserve.protocol.errors import Forbidden, InvalidInput, ModelNotFound
 from mlserve.protocol.tensors import loads
+from mlserve.server.repository import GraphRepository
 from mlserve.server.serving import Serving
 from mlserve.server.stats import find_models, model_stats
 
@@ -36,8 +39,6 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 def install(server: Serving) -> None:
     """Give ``server`` the extensions and, unless it has one, a repository over its graph."""
     if getattr(server, "repository", None) is None:
-        from mlserve.server.repository import GraphRepository
-
         server.repository = GraphRepository(server)
     if handle not in server.handlers:
         server.add_handler(handle)
@@ -84,14 +85,12 @@ def _metrics(server: Serving) -> Response:
 
 
 def _openapi(server: Serving) -> Response:
-    from mlserve.core.version import __version__
     from mlserve.server.openapi import document
 
     return Response(document(__version__))
 
 
 def _docs(server: Serving) -> Response:
-    from mlserve.core.version import __version__
     from mlserve.server.openapi import docs_page, document
 
     return Response(docs_page(document(__version__)), content_type="text/html; charset=utf-8")
@@ -104,8 +103,6 @@ def _one_model(server: Serving, name: str, version: str | None) -> Any:
     """The model ``name`` of ``version``; without a version, the unversioned or highest one."""
     models = find_models(server, name, version)
     if version is None and len(models) > 1:
-        from mlserve.graph.routers import highest_version
-
         unversioned = [m for m in models if not m.version]
         if unversioned:
             return unversioned[0]

@@ -120,9 +120,11 @@ class GraphServer:
 
     ``version``, ``functions``, ``graph_initializer``, ``error_stream``,
     ``tracking_policy``, ``secret_sources`` and ``model_endpoint_creation_task_name``
-    are accepted for mlrun compatibility (mlrun's ``GraphServer`` takes them): they
-    are kept as attributes, and ``tracking_policy`` is read as ``tracking`` when that
-    is not given (as ``from_dict`` does).
+    are accepted for mlrun compatibility (mlrun's ``GraphServer`` takes them);
+    ``tracking_policy`` is read as ``tracking`` when that is not given (as
+    ``from_dict`` does), and mlserve has no use for the others. They are not kept:
+    every attribute more on the server costs each request's attribute look-ups once
+    the instances outgrow CPython's shared-key dicts (30 names).
     """
 
     kind = "server"
@@ -167,12 +169,6 @@ class GraphServer:
         self.project = project
         self.function_name = function_name
         self.function_tag = function_tag
-        self.version = version or "v2"
-        self.functions = functions or {}
-        self.graph_initializer = graph_initializer
-        self.error_stream = error_stream
-        self.secret_sources = secret_sources or []
-        self.model_endpoint_creation_task_name = model_endpoint_creation_task_name
         self.model_control = bool(model_control)
         self.limits = limits or ServerLimits.from_env()
         self.draining = False  # set at SIGTERM: readiness answers 503 from then on

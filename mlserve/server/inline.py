@@ -27,14 +27,18 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from mlserve.batching import batching_runner
+from mlserve.graph.flow import ErrorStep, FlowStep, RootFlowStep
+from mlserve.graph.routers import BaseModelRouter
+from mlserve.graph.steps import RouterStep, TaskStep
+from mlserve.graph.tasks import SyncStepCall
+from mlserve.model import V2ModelServer
+
 __all__ = ["graph_runs_inline", "model_runs_inline"]
 
 
 def graph_runs_inline(step: object) -> bool:
     """Whether every step of the graph below ``step`` is plain (sync) code."""
-    from mlserve.graph.flow import FlowStep, RootFlowStep
-    from mlserve.graph.steps import RouterStep, TaskStep
-
     if isinstance(step, RootFlowStep) and step.engine != "sync" and not _one_path(step):
         return False
     if isinstance(step, FlowStep):
@@ -51,8 +55,6 @@ def graph_runs_inline(step: object) -> bool:
 def _one_path(flow: Any) -> bool:
     """An async-engine flow the sync engine answers alike: one path of steps that
     ends at its responder, with no error handler."""
-    from mlserve.graph.flow import ErrorStep
-
     steps, nexts = flow._local, flow._next
     if len(flow._starts) != 1 or any(len(after) > 1 for after in nexts.values()):
         return False
@@ -67,8 +69,6 @@ def _one_path(flow: Any) -> bool:
 def _router_runs_inline(router: object) -> bool:
     """A router whose dispatch is mlserve's own (its sync drive never suspends);
     the user's router may change ``select``, ``preprocess``, ``postprocess``..."""
-    from mlserve.graph.routers import BaseModelRouter
-
     if not isinstance(router, BaseModelRouter):
         return False
     cls = type(router)
@@ -79,8 +79,6 @@ def _router_runs_inline(router: object) -> bool:
 
 
 def _task_runs_inline(step: Any) -> bool:
-    from mlserve.graph.tasks import SyncStepCall
-
     obj, call = step.object, step._call
     if hasattr(obj, "_outlets"):
         return False  # a storey step: the async engine wires it into storey itself
@@ -96,9 +94,6 @@ def _task_runs_inline(step: Any) -> bool:
 def model_runs_inline(model: object) -> bool:
     """A ``V2ModelServer`` whose hooks are plain functions, with mlserve's own
     async dispatch (not a remote model) and no batching."""
-    from mlserve.batching import batching_runner
-    from mlserve.model import V2ModelServer
-
     if not isinstance(model, V2ModelServer):
         return False
     if type(model).do_event_async is not V2ModelServer.do_event_async:
