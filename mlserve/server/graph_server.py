@@ -123,8 +123,8 @@ class GraphServer:
     are accepted for mlrun compatibility (mlrun's ``GraphServer`` takes them);
     ``tracking_policy`` is read as ``tracking`` when that is not given (as
     ``from_dict`` does), and mlserve has no use for the others. They are not kept:
-    every attribute more on the server costs each request's attribute look-ups once
-    the instances outgrow CPython's shared-key dicts (30 names).
+    as attributes they cost each HTTP request about 1% more instructions
+    (docs/performance.md#the-re-layering-issue-26-before-and-after).
     """
 
     kind = "server"
