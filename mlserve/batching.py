@@ -44,7 +44,7 @@ from mlserve.core.stats import ModelStats
 from mlserve.protocol.errors import ModelError, TooManyRequests
 from mlserve.protocol.forms import InferenceRequest
 
-__all__ = ["Batcher", "BatchingRunner", "batching_runner"]
+__all__ = ["Batcher", "BatchingRunner", "batching_runner", "max_batch_size"]
 
 DEFAULT_BATCH_TIME = 0.002
 # parameters that change only how the answer is encoded, not what predict computes
@@ -314,8 +314,16 @@ def batching_runner(model: Any) -> BatchingRunner | None:
     return runner
 
 
+def max_batch_size(model: Any) -> int:
+    """The rows one batch of ``model`` holds: its ``max_batch_size`` parameter, else the
+    class attribute; 0 (or less) when it has not opted in (or is not a model: a router)."""
+    size = getattr(model, "max_batch_size", 0)
+    get_param = getattr(model, "get_param", None)
+    return int((get_param("max_batch_size", size) if get_param else size) or 0)
+
+
 def _make_runner(model: Any) -> BatchingRunner | None:
-    size = int(model.get_param("max_batch_size", getattr(model, "max_batch_size", 0)) or 0)
+    size = max_batch_size(model)
     if size <= 0:
         return None
     batcher = Batcher(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mlserve.batching import max_batch_size
 from mlserve.core.events import Event, Response
 from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.core.version import __version__
@@ -145,17 +146,10 @@ def model_config(model: Any) -> dict[str, Any]:
 
 
 def _max_batch_size(model: object) -> int:
-    """The rows one batch holds: the batcher's, or what makes it (mlserve.batching reads
-    the ``max_batch_size`` parameter over the class attribute); 0 when batching is off."""
-    size = getattr(getattr(model, "batcher", None), "max_batch_size", None)  # made on first use
-    if size is not None:
-        return int(size)
-    size = getattr(model, "max_batch_size", 0)
-    get_param = getattr(model, "get_param", None)
-    if callable(get_param):
-        size = get_param("max_batch_size", size)
+    """The rows one batch holds (0: batching off), by the rule batching itself reads; a
+    value that is not a number shows as 0 here (the model's first request reports it)."""
     try:
-        return max(0, int(size or 0))
+        return max(0, max_batch_size(model))
     except (TypeError, ValueError):
         return 0
 
