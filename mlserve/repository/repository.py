@@ -150,21 +150,36 @@ class ModelRepository:
     def _add_version(self, config: ModelConfig, version: int, path: Path) -> bool:
         """Publish a version, loaded first unless the cache loads it on use."""
         key = (config.name, version)
+        route = self._loaded_route(config, version, path, self.failed)
+        if route is None:
+            return False
+        self.failed.pop(key, None)
+        self.served[key] = route
+        self.publish()
+        logger.info("serving model %s version %s", config.name, version)
+        return True
+
+    def _loaded_route(
+        self,
+        config: ModelConfig,
+        version: int,
+        path: Path,
+        failures: dict[Key, tuple[Any, str]],
+    ) -> VersionRoute | None:
+        """A version's route, loaded unless the cache loads it on use; None when its load
+        fails, the failure noted in ``failures`` (with the folder's fingerprint)."""
+        key = (config.name, version)
         route = self._route(config, version, path)
         if self.cache is None:
             self.loading.add(key)
             try:
                 route.load()
             except ModelNotReady:
-                self.failed[key] = (fingerprint(path), route.error)
-                return False
+                failures[key] = (fingerprint(path), route.error)
+                return None
             finally:
                 self.loading.discard(key)
-        self.failed.pop(key, None)
-        self.served[key] = route
-        self.publish()
-        logger.info("serving model %s version %s", config.name, version)
-        return True
+        return route
 
     def _route(self, config: ModelConfig, version: int, path: Path) -> VersionRoute:
         key = f"{config.name}:{version}"
@@ -374,17 +389,10 @@ class ModelRepository:
             if key in current:
                 keep.add(key)
                 continue
-            route = self._route(config, version, on_disk[version])
-            if self.cache is None:
-                self.loading.add(key)
-                try:
-                    route.load()
-                except ModelNotReady:
-                    failures[key] = (fingerprint(on_disk[version]), route.error)
-                    loaded_all = False
-                    continue
-                finally:
-                    self.loading.discard(key)
+            route = self._loaded_route(config, version, on_disk[version], failures)
+            if route is None:
+                loaded_all = False
+                continue
             fresh[key] = route
             keep.add(key)
         if not loaded_all:
