@@ -19,52 +19,42 @@ def test_the_makefile_pins_the_same_protoc() -> None:
     assert tuple(pinned[1].replace("'", "").split()) == PROTOC_REQUIREMENTS
 
 
-def test_checked_in_stubs_match_the_proto(tmp_path: Path) -> None:
-    # The same command as the Makefile's `generate` target, into a temp dir.
+def fresh_matches_checked_in(tmp_path: Path, package: str, proto: str, grpc: bool) -> list[str]:
+    """Run the Makefile's `generate` command for ``mlserve/<package>/proto/<proto>`` into
+    ``tmp_path``, check each file it writes equals the checked-in one; their names."""
+    outputs = [f"--python_out={tmp_path}", f"--pyi_out={tmp_path}"]
+    outputs += [f"--grpc_python_out={tmp_path}"] if grpc else []
     subprocess.run(
         [
             str(venv("protoc", *PROTOC_REQUIREMENTS)),
             "-m",
             "grpc_tools.protoc",
-            "-Imlserve/grpc/generated=mlserve/grpc/proto",
-            f"--python_out={tmp_path}",
-            f"--grpc_python_out={tmp_path}",
-            f"--pyi_out={tmp_path}",
-            "mlserve/grpc/generated/grpc_predict_v2.proto",
+            f"-Imlserve/{package}/generated=mlserve/{package}/proto",
+            *outputs,
+            f"mlserve/{package}/generated/{proto}",
         ],
         cwd=ROOT,
         check=True,
     )
     fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
-    assert [p.name for p in fresh] == [
+    for path in fresh:
+        assert (tmp_path / path).read_bytes() == (ROOT / path).read_bytes(), f"{path} is stale"
+    return [path.name for path in fresh]
+
+
+def test_checked_in_stubs_match_the_proto(tmp_path: Path) -> None:
+    assert fresh_matches_checked_in(tmp_path, "grpc", "grpc_predict_v2.proto", grpc=True) == [
         "grpc_predict_v2_pb2.py",
         "grpc_predict_v2_pb2.pyi",
         "grpc_predict_v2_pb2_grpc.py",
     ]
-    for path in fresh:
-        assert (tmp_path / path).read_bytes() == (ROOT / path).read_bytes(), f"{path} is stale"
 
 
 def test_checked_in_config_module_matches_the_proto(tmp_path: Path) -> None:
-    # The Makefile's `generate` target's second command: TF Serving's config messages
-    # for the repository layer (mlserve/protocol/proto), without gRPC stubs.
-    subprocess.run(
-        [
-            str(venv("protoc", *PROTOC_REQUIREMENTS)),
-            "-m",
-            "grpc_tools.protoc",
-            "-Imlserve/protocol/generated=mlserve/protocol/proto",
-            f"--python_out={tmp_path}",
-            f"--pyi_out={tmp_path}",
-            "mlserve/protocol/generated/model_server_config.proto",
-        ],
-        cwd=ROOT,
-        check=True,
-    )
-    fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
-    assert [p.name for p in fresh] == ["model_server_config_pb2.py", "model_server_config_pb2.pyi"]
-    for path in fresh:
-        assert (tmp_path / path).read_bytes() == (ROOT / path).read_bytes(), f"{path} is stale"
+    # The `generate` target's second command: TF Serving's config messages, which the
+    # repository reads (mlserve/protocol/proto), without gRPC stubs.
+    names = fresh_matches_checked_in(tmp_path, "protocol", "model_server_config.proto", grpc=False)
+    assert names == ["model_server_config_pb2.py", "model_server_config_pb2.pyi"]
     makefile = (ROOT / "Makefile").read_text()
     assert "-Imlserve/protocol/generated=mlserve/protocol/proto" in makefile
     assert "mlserve/protocol/generated/model_server_config.proto" in makefile
