@@ -147,9 +147,11 @@ def _kserve(port: int, workdir: Path) -> list[str]:
     return [str(ENVS / "kserve" / "bin" / "python"), script, "--http_port", str(port)]
 
 
+# What mlserve (and a --baseline of it) is measured with; the peers take the tensor form.
+MLSERVE_FORMS = {"tensor": TENSOR, "binary": BINARY, "rows": ROWS}
 SERVERS = [
     Server("floor", {"tensor": TENSOR}, _floor),
-    Server("mlserve", {"tensor": TENSOR, "binary": BINARY, "rows": ROWS}, _mlserve),
+    Server("mlserve", MLSERVE_FORMS, _mlserve),
     Server("MLServer", {"tensor": TENSOR}, _mlserver, env="mlserver"),
     Server("KServe", {"tensor": TENSOR}, _kserve, env="kserve"),
 ]
@@ -285,8 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
         if args.baseline:
             tree = baseline_tree(args.baseline, Path(tmp))
-            ours = SERVERS[1].forms
-            servers.insert(0, Server(f"mlserve@{args.baseline}", ours, partial(_baseline, tree)))
+            command = partial(_baseline, tree)
+            servers.insert(0, Server(f"mlserve@{args.baseline}", MLSERVE_FORMS, command))
         for round_ in range(args.repeat):
             progress(f"http: round {round_ + 1}/{args.repeat}")
             for server in servers:
