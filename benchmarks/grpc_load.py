@@ -364,7 +364,7 @@ def goals(stats: Stats) -> str:
     speed, share = ours["rps"] / peer["rps"], ours["rps"] / floor["rps"]
     return "\n".join(
         [
-            "Goals (issue 15), typed request at 8 connections:",
+            "Goals, typed request at 8 connections:",
             "",
             f"- at least 2x MLServer's requests/s: {speed:.2f}x, "
             + ("met" if speed >= 2 else "not met"),

@@ -69,6 +69,12 @@ class _Transport:
     def close(self) -> None:
         pass
 
+    def get_extra_info(self, name: str) -> Any:
+        return None  # no peer address: every client counts as one
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass  # nothing is buffered
+
 
 async def _protocol_client(owner: HTTPServer, count: int, request: bytes = REQUEST) -> None:
     transport = _Transport()

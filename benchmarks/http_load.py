@@ -259,7 +259,7 @@ def goals(stats: Stats) -> str:
     lower = ours["p99_us"] < peer["p99_us"]
     return "\n".join(
         [
-            "Goals (issues 15 and 26), tensor body at 8 connections:",
+            "Goals, tensor body at 8 connections:",
             "",
             f"- at least 8x MLServer's requests/s: {speed:.2f}x, "
             + ("met" if speed >= 8 else "not met"),

@@ -44,7 +44,7 @@ CASES = {
     "async-step": "async-engine flow, its first step async",
 }
 FRAMEWORKS = ("mlserve", "mlrun")
-# Goals of issue 15: mlserve's µs per call at most this share of mlrun's.
+# Goals: mlserve's µs per call at most this share of mlrun's.
 GOALS = {"router": 0.5, "flow": 1.0, "async-step": 1.0}
 
 
@@ -99,7 +99,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
     header = ["case", "mlserve wall µs", "mlrun wall µs", "mlserve CPU µs", "mlrun CPU µs"]
     lines += table_lines([*header, "mlserve/mlrun (CPU)"], rows)
-    lines += ["", "Goals (issue 15), CPU µs per call:", ""]
+    lines += ["", "Goals, CPU µs per call:", ""]
     for case, goal in GOALS.items():
         ratio = stats[("mlserve", case)]["cpu_us"] / stats[("mlrun", case)]["cpu_us"]
         lines.append(

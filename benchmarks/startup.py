@@ -179,7 +179,7 @@ def goals(imports: list[dict[str, Any]], serving: list[dict[str, Any]]) -> str:
     modules = _median(imports, "modules", label="import mlserve", tree="now")
     wall = _median(imports, "wall_ms", label="import mlserve", tree="now")
     lines = [
-        "Goals (issue 15):",
+        "Goals:",
         "",
         f"- `import mlserve` at most {GOAL_MODULES} modules: {modules:.0f}, "
         + ("met" if modules <= GOAL_MODULES else "not met"),

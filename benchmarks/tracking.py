@@ -59,7 +59,7 @@ from benchmarks.servers.tracking_model import ANSWER, BODY
 
 CONNECTIONS = 8
 PATHS = ["in-process", "http"]
-GOAL = 0.90  # issue 15: tracking on (file) keeps at least 90 % of the throughput of off
+GOAL = 0.90  # tracking on (file) keeps at least 90 % of the throughput of off
 FUNCTION_FILE = """from benchmarks.servers.tracking_model import tracked_function
 
 fn = tracked_function({stream!r})
@@ -255,7 +255,7 @@ def counted_lines(counts: dict[str, float] | None) -> list[str]:
 
 
 def goals(stats: Stats) -> str:
-    lines = [f"Goals (issue 15): tracking on (file stream) keeps at least {GOAL:.2f} of off:", ""]
+    lines = [f"Goals: tracking on (file stream) keeps at least {GOAL:.2f} of off:", ""]
     for path in ("in-process", "http"):
         on, off = stats.get((path, "file")), stats.get((path, "off"))
         if not (on and off):

@@ -1,39 +1,66 @@
-"""The ``mlserve`` command: ``mlserve serve <target>``.
+"""The ``mlserve`` command: ``serve``, ``build``, ``infer``, ``models``, ``endpoints``.
 
 A target kind is one entry of ``TARGETS``: a test on the target string and a
-builder of the initialised ``GraphServer`` it serves.
+builder of the initialised ``GraphServer`` it serves. A mistake of the user's (a
+missing file, a flag that does not apply, a bad port, a missing optional package,
+a syntax error in the served code) ends the command with one line on stderr and
+exit status 2, as argparse's own usage errors do; an exception the user's code
+raises shows the user's frames only (docs/serving.md#when-the-command-refuses).
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
+import json
 import logging
 import os
 import re
 import runpy
 import signal
+import socket
 import sys
+import sysconfig
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from mlserve.core.limits import add_limit_flags, server_limits
+from mlserve.core.limits import ServerLimits, add_limit_flags, server_limits
+from mlserve.core.version import __version__
 
 if TYPE_CHECKING:
+    from mlserve.core.tls import TLSSettings
     from mlserve.function import ServingFunction
     from mlserve.kafka import KafkaTrigger
     from mlserve.server.graph_server import GraphServer
 
-    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+    Commands = argparse._SubParsersAction[Any]
 
-__all__ = ["TARGETS", "build_server", "load_function", "main"]
+__all__ = ["TARGETS", "UsageError", "build_server", "load_function", "main"]
+
+_CANNOT_SERVE = (
+    "cannot serve {}: give a .py file, an exported function (.yaml, .json) "
+    "or a model repository folder"
+)
+
+
+class UsageError(Exception):
+    """A mistake in the command line or its target: one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors as one line that says where the help is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def load_function(target: str, **repository_options: Any) -> ServingFunction:
     """The serving function in ``target``: an exported YAML/JSON, a Python file
     with ``serving_function()``, ``fn``, or a module-level function object, or a
-    model repository folder (``repository_options``: model_config, poll_interval, cache_size)."""
+    model repository folder (``repository_options``: those of ``_REPOSITORY_FLAGS``)."""
     from mlserve.function import import_function
 
     path = Path(target)
@@ -42,7 +69,12 @@ def load_function(target: str, **repository_options: Any) -> ServingFunction:
 
         return function_from_repository(path, **repository_options)
     if path.suffix in (".yaml", ".yml", ".json"):
-        return import_function(target)
+        try:
+            return import_function(target)
+        except ValueError as exc:
+            if any(_is_users(frame.filename) for frame in traceback.extract_tb(exc.__traceback__)):
+                raise  # the export's own code raised it
+            raise UsageError(str(exc)) from None
     if path.suffix == ".py":
         sys.path.insert(0, str(path.resolve().parent))
         # A module name of the function's own: its classes export by their short
@@ -52,12 +84,15 @@ def load_function(target: str, **repository_options: Any) -> ServingFunction:
         names = runpy.run_path(str(path), run_name=module_name)
         fn = _function_in(names)
         if fn is None:
-            raise SystemExit(f"{target} defines no serving_function(), fn, or function object")
+            raise UsageError(
+                f"{target} defines no serving function: define serving_function(), "
+                "or fn = mlserve.new_function(...)"
+            )
         if not fn.spec.source:
             fn.spec.source = path.read_text()
             fn._namespace = names
         return fn
-    raise SystemExit(f"cannot serve {target}: give a .py file or an exported .yaml")
+    raise UsageError(_CANNOT_SERVE.format(target))
 
 
 def _function_in(names: dict[str, Any]) -> ServingFunction | None:
@@ -80,12 +115,7 @@ def _is_repository(target: str) -> bool:
 
 
 def _function_server(args: argparse.Namespace) -> GraphServer:
-    options = {
-        "model_config": args.model_config,
-        "poll_interval": args.poll_interval,
-        "cache_size": args.cache_size,
-    }
-    fn = load_function(args.target, **options)
+    fn = load_function(args.target, **_repository_options(args))
     server = fn.to_graph_server()
     server.init_states(namespace=fn.namespace)
     server.init_object(fn.namespace)
@@ -104,7 +134,80 @@ def build_server(args: argparse.Namespace) -> GraphServer:
     for accepts, build in TARGETS:
         if accepts(args.target):
             return build(args)
-    raise SystemExit(f"cannot serve {args.target}: give a .py file or an exported .yaml")
+    raise UsageError(_CANNOT_SERVE.format(args.target))
+
+
+# The flags of a model repository folder, by their argparse names.
+_REPOSITORY_FLAGS = {
+    "model_config": "--model-config",
+    "poll_interval": "--poll-interval",
+    "cache_size": "--cache-size",
+    "version_quiet_period": "--version-quiet-period",
+    "version_done_file": "--version-done-file",
+}
+
+
+def _repository_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The repository flags given; on a file target they would do nothing: a usage error."""
+    given = {name: getattr(args, name, None) for name in _REPOSITORY_FLAGS}
+    given = {name: value for name, value in given.items() if value is not None}
+    if given and not Path(args.target).is_dir():
+        flags = ", ".join(_REPOSITORY_FLAGS[name] for name in given)
+        what = "flags of a model repository folder" if len(given) > 1 else "a repository flag"
+        it = "them" if len(given) > 1 else "it"
+        raise UsageError(
+            f"{flags}: {what}, and {args.target} is a file: drop {it} or serve a folder"
+        )
+    if Path(args.target).is_dir():
+        from mlserve.repository.router import version_settings
+
+        try:  # the flags, or else the environment
+            version_settings(given.get("version_quiet_period"), given.get("version_done_file"))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return given
+
+
+def _check_target(args: argparse.Namespace) -> None:
+    """The target exists, is a kind mlserve serves, and takes the flags given."""
+    if not Path(args.target).exists():
+        raise UsageError(f"{args.target}: no such file or folder")
+    if not any(accepts(args.target) for accepts, _ in TARGETS):
+        raise UsageError(_CANNOT_SERVE.format(args.target))
+    _repository_options(args)
+
+
+# The package each framework's server imports, and the mlserve extra that installs it.
+_FRAMEWORK_PACKAGES = {
+    "mlserve.frameworks.tensorflow": ("tensorflow", "tensorflow"),
+    "mlserve.frameworks.sklearn": ("sklearn", "sklearn"),
+    "mlserve.frameworks.xgboost": ("xgboost", "xgboost"),
+    "mlserve.frameworks.onnx": ("onnxruntime", "onnx"),
+}
+
+
+def _check_packages(target: str) -> None:
+    """A repository model whose framework is not installed: one line naming the extra,
+    before any port opens or model loads."""
+    from mlserve.repository.layout import detect_class, scan_models, scan_versions
+
+    for name, model_dir in scan_models(target).items():
+        for version_dir in scan_versions(model_dir).values():
+            framework = (detect_class(version_dir) or "").rpartition(".")[0]
+            package, extra = _FRAMEWORK_PACKAGES.get(framework, ("", ""))
+            if package and importlib.util.find_spec(package) is None:
+                raise UsageError(
+                    f"model {name} needs {package}, which is not installed: "
+                    f"pip install 'mlserve[{extra}]'"
+                )
+
+
+def _limits(args: argparse.Namespace) -> ServerLimits:
+    """The server limits the flags and the environment ask for; a bad value is a usage error."""
+    try:
+        return server_limits(args)
+    except SystemExit as exc:  # server_limits ends with its message
+        raise UsageError(str(exc.code).removeprefix("mlserve serve: ")) from None
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -113,26 +216,43 @@ def serve(args: argparse.Namespace) -> None:
     from mlserve.server.shared import share_model_state
 
     watch_parent()  # a server of fn.deploy() ends with the process that deployed it
+    _check_target(args)
+    _check_packages(args.target)
     if args.kafka:
         _check_kafka(args)
+    limits = _limits(args)  # bad values stop here, before any port opens or model loads
+    tls = _tls(args)
     if not args.reuse_port:  # workers share the ports their supervisor checked
         _check_ports(args.host, [args.port, args.grpc_port, args.tfs_grpc_port])
+    if not args.reuse_port and not 1 <= args.ready_min_workers <= max(1, args.workers):
+        raise UsageError(
+            f"--ready-min-workers {args.ready_min_workers} must be from 1 to "
+            f"--workers ({args.workers})"
+        )
     if args.workers > 1:
-        raise SystemExit(runner.supervise(runner.worker_command(args.argv), args.workers))
+        command = runner.worker_command(args.argv)
+        raise SystemExit(runner.supervise(command, args.workers, args.ready_min_workers))
     if os.environ.get(runner.WORKER_ENV, "0") != "0":  # worker 0 tells, the others warn
-        logging.getLogger().setLevel(logging.WARNING)
-    limits = server_limits(args)  # bad values stop here, before any model loads
+        logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     server = build_server(args)
     server.limits = limits
-    share_model_state(server)  # a worker of --workers N: loads/unloads reach all of them
+    link = share_model_state(server)  # a worker of --workers N: its model state and readiness
     trigger = _start_kafka(args, server) if args.kafka else None
     grpc = f" and grpc://{args.host}:{args.grpc_port}" if args.grpc_port else ""
     if args.tfs_grpc_port:
         grpc += f" and TF Serving grpc://{args.host}:{args.tfs_grpc_port}"
+    how = ""
+    if tls.enabled:
+        how = " (TLS on every port" + (", client certificates required)" if tls.mutual else ")")
 
     def announce() -> None:
+        if link is not None:
+            link.serving()
         if os.environ.get(runner.WORKER_ENV, "0") == "0":
-            print(f"mlserve: serving {args.target} on http://{args.host}:{args.port}{grpc}")
+            scheme = "https" if tls.enabled else "http"
+            print(
+                f"mlserve: serving {args.target} on {scheme}://{args.host}:{args.port}{grpc}{how}"
+            )
             sys.stdout.flush()
 
     from mlserve.core.settings import FaceSettings
@@ -152,6 +272,7 @@ def serve(args: argparse.Namespace) -> None:
             args.tfs_grpc_port,
             drained=trigger.stop if trigger is not None else lambda: None,
             settings=settings,
+            tls=tls,
         )
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
@@ -174,25 +295,85 @@ def _start_kafka(args: argparse.Namespace, server: GraphServer) -> KafkaTrigger:
     return trigger
 
 
+def _tls(args: argparse.Namespace) -> TLSSettings:
+    """The faces' TLS files (docs/security.md#tls); one that does not load is a usage
+    error, before any port opens or model loads."""
+    from mlserve.core.tls import TLSError, TLSSettings
+
+    tls = TLSSettings.from_env(
+        certfile=args.ssl_certfile, keyfile=args.ssl_keyfile, ca_certs=args.ssl_ca_certs
+    )
+    try:
+        tls.check()
+    except TLSError as exc:
+        raise UsageError(str(exc)) from None
+    return tls
+
+
 def _check_kafka(args: argparse.Namespace) -> None:
-    """Bad ``--kafka`` options end ``mlserve serve`` with one line, before any model loads."""
+    """Bad ``--kafka`` options, or no Kafka client installed, end ``mlserve serve`` with
+    one line, before any model loads."""
+    from mlserve.core.kafka_config import confluent
     from mlserve.kafka import parse_source
 
     try:
         parse_source(args.kafka)
     except ValueError as exc:
-        raise SystemExit(f"mlserve: {exc}") from None
+        raise UsageError(str(exc)) from None
     if not args.group:
-        raise SystemExit("mlserve: --kafka needs --group (the consumer group its members share)")
+        raise UsageError("--kafka needs --group (the consumer group its members share)")
+    try:
+        confluent()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _check_ports(host: str, ports: list[int | None]) -> None:
-    """A port another process holds ends ``mlserve serve`` with one line, before any model loads."""
-    from mlserve.core.sockets import port_is_free
+    """A host or port the server cannot listen on ends ``mlserve serve`` with one line,
+    before any model loads: a usage error, or (exit status 1) a port another process holds."""
+    from mlserve.core.sockets import bind_socket
 
     for port in ports:
-        if port and not port_is_free(host, port):
-            raise SystemExit(f"mlserve: port {port} on {host} is in use by another process")
+        if not port:
+            continue
+        try:
+            bind_socket(host, port).close()
+        except socket.gaierror:
+            raise UsageError(
+                f"--host {host} is not an address: give an address of this machine, "
+                "127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+            ) from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SystemExit(
+                    f"mlserve: port {port} on {host} is in use by another process"
+                ) from None
+            raise UsageError(_listen_error(host, port, exc)) from None
+
+
+def _listen_error(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"--host {host} is not an address of this machine: give one of its addresses, "
+            "127.0.0.1 or 0.0.0.0"
+        )
+    if exc.errno == errno.EACCES:
+        return f"port {port} needs privileges this process lacks: give a port of 1024 or more"
+    return f"cannot listen on {host}:{port}: {exc.strerror}"
+
+
+def _port(text: str) -> int:
+    """A TCP port for argparse: 1 to 65535."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give a number from 1 to 65535")
+    return int(text)
+
+
+def _count(text: str) -> int:
+    """A number of processes for argparse: 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of 1 or more")
+    return int(text)
 
 
 def face_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -211,7 +392,13 @@ def face_options(args: argparse.Namespace) -> dict[str, Any]:
         "header_timeout": args.header_timeout,
         "keep_alive_timeout": args.keep_alive_timeout,
         "max_connections": args.max_connections,
+        "max_connections_per_client": args.max_connections_per_client,
+        "max_client_rate": args.max_client_rate,
+        "body_timeout": args.body_timeout,
+        "write_buffer_bytes": args.write_buffer_size,
+        "write_timeout": args.write_timeout,
         "hide_errors": args.hide_errors or None,
+        "json_nonfinite": args.json_nonfinite,
     }
 
 
@@ -231,7 +418,16 @@ def _security_arguments(cmd: argparse.ArgumentParser) -> None:
     add("--header-timeout", type=float, help="seconds to send a request head (default 10)")
     add("--keep-alive-timeout", type=float, help="idle keep-alive seconds (default 5)")
     add("--max-connections", type=int, help="open connections (default 2048)")
+    add("--max-connections-per-client", type=int, help="from one address (default 1/8 of max)")
+    add("--max-client-rate", type=float, help="requests/s from one address (default 0: off): 429")
+    add("--body-timeout", type=float, help="seconds to send a request body (default 60): 408")
+    add("--write-buffer-size", type=int, help="unread answer bytes per connection (default 262144)")
+    add("--write-timeout", type=float, help="seconds answers may stay unread (default 30)")
     add("--hide-errors", action="store_true", help="no exception text in responses")
+    add("--json-nonfinite", choices=["literal", "null", "string"], help="NaN/Infinity in answers")
+    add("--ssl-certfile", metavar="PEM", help="serve TLS on every port with this certificate")
+    add("--ssl-keyfile", metavar="PEM", help="its private key (default: in --ssl-certfile)")
+    add("--ssl-ca-certs", metavar="PEM", help="require client certificates this CA signed (mTLS)")
 
 
 def _serve_parser(commands: Commands) -> None:
@@ -239,16 +435,24 @@ def _serve_parser(commands: Commands) -> None:
     cmd.add_argument(
         "target", help="a Python file, an exported function YAML, or a model repository"
     )
-    cmd.add_argument("--host", default="127.0.0.1")
-    cmd.add_argument("--port", type=int, default=8080)
-    cmd.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC on this port")
+    cmd.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+    )
+    cmd.add_argument("--port", type=_port, default=8080, help="HTTP port (default 8080)")
+    cmd.add_argument("--grpc-port", type=_port, default=None, help="also serve gRPC on this port")
     cmd.add_argument(
         "--tfs-grpc-port",
-        type=int,
+        type=_port,
         default=None,
         help="also serve TF Serving's gRPC API alone on this port (its clients expect 8500)",
     )
-    cmd.add_argument("--workers", type=int, default=1, help="processes sharing the ports")
+    cmd.add_argument("--workers", type=_count, default=1, help="processes sharing the ports")
+    cmd.add_argument(
+        "--ready-min-workers",
+        type=int,
+        default=1,
+        help="with --workers: readiness is 503 while fewer workers serve (default 1)",
+    )
     cmd.add_argument(
         "--http",
         choices=["mlserve", "asgi"],
@@ -256,11 +460,32 @@ def _serve_parser(commands: Commands) -> None:
         help="HTTP face: mlserve's own HTTP/1.1 server, or the ASGI app under uvicorn",
     )
     cmd.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
-    cmd.add_argument("--model-config", help="YAML or TF Serving model_config_list")
     cmd.add_argument(
-        "--poll-interval", type=float, default=1.0, help="seconds between repository polls (0: off)"
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="info",
+        help="the server's log level (default info)",
     )
-    cmd.add_argument("--cache-size", type=int, help="at most N model versions loaded (LRU)")
+    cmd.add_argument("--model-config", help="repository: YAML or TF Serving model_config_list")
+    cmd.add_argument(
+        "--poll-interval",
+        type=float,
+        help="repository: seconds between polls (default 1; 0: off)",
+    )
+    cmd.add_argument(
+        "--version-quiet-period",
+        type=float,
+        metavar="SECONDS",
+        help="repository: a new version loads once its files are unchanged this long "
+        "(default 2; env MLSERVE_VERSION_QUIET_PERIOD)",
+    )
+    cmd.add_argument(
+        "--version-done-file",
+        metavar="NAME",
+        help="repository: a new version loads only once it holds this file "
+        "(env MLSERVE_VERSION_DONE_FILE)",
+    )
+    cmd.add_argument("--cache-size", type=int, help="repository: at most N versions loaded (LRU)")
     add_limit_flags(cmd)
     cmd.add_argument(
         "--kafka",
@@ -279,8 +504,10 @@ def _serve_parser(commands: Commands) -> None:
 def build(args: argparse.Namespace) -> None:
     from mlserve.function.build import BuildOptions
     from mlserve.function.build import build as write_build
+    from mlserve.function.wheel import WheelError
 
-    fn = load_function(args.target, model_config=args.model_config)
+    _check_target(args)
+    fn = load_function(args.target, **_repository_options(args))
     options = BuildOptions(
         image=args.image,
         port=args.port,
@@ -290,8 +517,11 @@ def build(args: argparse.Namespace) -> None:
         cpu=args.cpu,
         memory=args.memory,
         auth_secret=args.auth_secret,
+        tls_secret=args.tls_secret,
+        tls_client_auth=args.tls_client_auth,
         drain_seconds=args.drain_seconds,
         mlserve_requirement=args.mlserve_requirement,
+        mlserve_extras=args.mlserve_extra,
         requirements=args.requirement,
         kafka=args.kafka or "",
         group=args.group or "",
@@ -299,12 +529,17 @@ def build(args: argparse.Namespace) -> None:
         dead_letter_topic=args.dead_letter_topic or "",
         lag_threshold=args.lag_threshold,
     )
-    if options.kafka:
-        try:
+    try:
+        if options.kafka:
             options.kafka_source()
-        except ValueError as exc:
-            raise SystemExit(f"mlserve: {exc}") from None
-    for path in write_build(fn, args.out, options):
+        options.tls_args()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        written = write_build(fn, args.out, options)
+    except WheelError as exc:
+        raise SystemExit(f"mlserve: {exc}") from None
+    for path in written:
         print(f"mlserve: wrote {path}")
 
 
@@ -318,8 +553,10 @@ def _build_parser(commands: Commands) -> None:
     )
     cmd.add_argument("--out", default="build", help="the build folder (default: ./build)")
     cmd.add_argument("--image", default="", help="image name (default: <function>:latest)")
-    cmd.add_argument("--port", type=int, default=defaults.port)
-    cmd.add_argument("--grpc-port", type=int, default=None, help="also serve V2 gRPC on this port")
+    cmd.add_argument("--port", type=_port, default=defaults.port)
+    cmd.add_argument(
+        "--grpc-port", type=_port, default=None, help="also serve V2 gRPC on this port"
+    )
     cmd.add_argument("--replicas", type=int, default=defaults.replicas, help="and HPA minimum")
     cmd.add_argument("--max-replicas", type=int, default=defaults.max_replicas, help="HPA maximum")
     cmd.add_argument("--cpu", default=defaults.cpu, help="CPU request per pod")
@@ -328,9 +565,29 @@ def _build_parser(commands: Commands) -> None:
         "--auth-secret", default="", help="Kubernetes Secret whose key 'token' is the auth token"
     )
     cmd.add_argument(
+        "--tls-secret",
+        default="",
+        help="a kubernetes.io/tls Secret: the pods serve TLS with its tls.crt and tls.key",
+    )
+    cmd.add_argument(
+        "--tls-client-auth",
+        action="store_true",
+        help="with --tls-secret: clients need a certificate its ca.crt signed (mutual TLS)",
+    )
+    cmd.add_argument(
         "--drain-seconds", type=int, default=defaults.drain_seconds, help="SIGTERM drain time"
     )
-    cmd.add_argument("--mlserve-requirement", default="", help="pip requirement of mlserve")
+    cmd.add_argument(
+        "--mlserve-requirement",
+        default="",
+        help="pip requirement of mlserve (default: a wheel of this mlserve, in the build folder)",
+    )
+    cmd.add_argument(
+        "--mlserve-extra",
+        action="append",
+        default=[],
+        help="an extra of mlserve's wheel to install, e.g. tensorflow (repeatable)",
+    )
     cmd.add_argument(
         "--requirement", action="append", default=[], help="a pip requirement (repeatable)"
     )
@@ -362,14 +619,164 @@ def list_endpoints(args: argparse.Namespace) -> None:
     print(table(args.store, args.project))
 
 
+def infer(args: argparse.Namespace) -> None:
+    """``mlserve infer``: the answer as indented JSON on stdout, the time taken on stderr."""
+    from mlserve.client import ClientError
+    from mlserve.client import infer as ask
+
+    body = _request_body(args.data)
+    try:
+        answer, seconds = ask(
+            args.url, args.model, body, args.model_version, _headers(args), args.timeout
+        )
+    except ClientError as exc:
+        raise SystemExit(f"mlserve: {exc}") from None
+    print(json.dumps(answer, indent=2))
+    print(f"mlserve: answered in {seconds * 1000:.1f} ms", file=sys.stderr)
+
+
+def _request_body(data: str) -> dict[str, Any]:
+    """``--data``: a V2 request body as JSON, or a file holding one; a JSON list is the
+    data of one input (mlserve's row form, ``{"inputs": [...]}``)."""
+    where = "--data"
+    if not data.lstrip().startswith(("{", "[")):
+        path = Path(data)
+        if not path.is_file():
+            raise UsageError(f"--data {data}: neither JSON nor a file; give '{{\"inputs\": ...}}'")
+        data, where = path.read_text(), data
+    try:
+        body = json.loads(data)
+    except ValueError as exc:
+        raise UsageError(f"{where} is not JSON ({exc}): give a V2 request body") from None
+    if isinstance(body, list):
+        return {"inputs": body}
+    if not isinstance(body, dict):
+        raise UsageError(f'{where}: give a V2 request body ({{"inputs": [...]}}) or a list')
+    return body
+
+
+def _headers(args: argparse.Namespace) -> dict[str, str]:
+    headers = {}
+    for header in args.header or []:
+        name, colon, value = header.partition(":")
+        if not colon or not name.strip():
+            raise UsageError(f"--header {header!r}: give 'Name: value'")
+        headers[name.strip()] = value.strip()
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    return headers
+
+
+def models(args: argparse.Namespace) -> None:
+    """``mlserve models``: the models of a running server, their versions and states."""
+    from mlserve.client import ClientError, list_models
+
+    try:
+        rows = list_models(args.url, _headers(args), args.timeout)
+    except ClientError as exc:
+        raise SystemExit(f"mlserve: {exc}") from None
+    if not rows:
+        print("no models")
+        return
+    columns = ["name", "version", "state", "reason"]
+    cells = [[column.upper() for column in columns]]
+    cells += [[row[column] for column in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+
+
+def _client_parsers(commands: Commands) -> None:
+    """``mlserve infer`` and ``mlserve models``: ask a running server (V2 over HTTP)."""
+    infer_cmd = commands.add_parser("infer", help="send a V2 inference request to a server")
+    models_cmd = commands.add_parser("models", help="a server's models, versions and states")
+    for cmd in (infer_cmd, models_cmd):
+        cmd.add_argument("url", help="the server: http://HOST:PORT or HOST:PORT")
+    infer_cmd.add_argument("model", help="the model's name")
+    infer_cmd.add_argument(
+        "--data",
+        required=True,
+        metavar="FILE|JSON",
+        help="a V2 request body (JSON, or a file holding it); a JSON list is one input's data",
+    )
+    infer_cmd.add_argument(
+        "--version", dest="model_version", default="", metavar="V", help="the model's version V"
+    )
+    for cmd in (infer_cmd, models_cmd):
+        cmd.add_argument(
+            "--header", action="append", metavar="'NAME: VALUE'", help="a header (repeatable)"
+        )
+        cmd.add_argument("--token", help="a bearer token (Authorization: Bearer TOKEN)")
+        cmd.add_argument(
+            "--timeout", type=float, default=60.0, metavar="SECONDS", help="(default 60)"
+        )
+    infer_cmd.set_defaults(handler=infer)
+    models_cmd.set_defaults(handler=models)
+
+
+def _explained(exc: Exception) -> tuple[int, str] | None:
+    """What a user sees of an exception: a missing extra in one line (status 2), a syntax
+    error in their code at its place (2), an exception their code raised with their
+    frames only (1); None for mlserve's own failures, shown whole."""
+    if isinstance(exc, ImportError) and "pip install" in str(exc):
+        return 2, f"mlserve: {exc}\n"
+    if isinstance(exc, SyntaxError) and _is_users(exc.filename or "<unknown>"):
+        return 2, "".join(traceback.format_exception_only(exc))
+    report = traceback.TracebackException.from_exception(exc)
+    if not any(_is_users(frame.filename) for frame in report.stack):
+        return None
+    _keep_users(report)
+    return 1, "".join(report.format())
+
+
+# Where code that is not the user's lives: mlserve, the standard library, installed packages.
+_NOT_USERS = [Path(__file__).resolve().parent] + [
+    Path(os.path.realpath(sysconfig.get_path(name)))
+    for name in ("stdlib", "platstdlib", "purelib", "platlib")
+]
+
+
+def _is_users(filename: str) -> bool:
+    """A frame of the user's code: not mlserve's, the standard library's (the import
+    machinery's ``<frozen runpy>`` included) or an installed package's."""
+    if filename.startswith("<"):
+        return not filename.startswith("<frozen ")
+    path = Path(os.path.realpath(filename))
+    return not any(path.is_relative_to(root) for root in _NOT_USERS)
+
+
+def _keep_users(report: traceback.TracebackException) -> None:
+    report.stack = traceback.StackSummary.from_list(
+        [frame for frame in report.stack if _is_users(frame.filename)]
+    )
+    for chained in (report.__cause__, report.__context__):
+        if chained is not None:
+            _keep_users(chained)
+
+
+def _run(args: argparse.Namespace) -> None:
+    """Run the command; the user's mistakes end it as ``_explained`` says."""
+    try:
+        args.handler(args)
+    except UsageError as exc:
+        sys.stderr.write(f"mlserve: {exc}\n")
+        raise SystemExit(2) from None
+    except Exception as exc:
+        told = _explained(exc)
+        if told is None:
+            raise
+        sys.stderr.write(told[1])
+        raise SystemExit(told[0]) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="mlserve", description="Serve models as serverless functions."
-    )
+    parser = _Parser(prog="mlserve", description="Serve models as serverless functions.")
+    parser.add_argument("--version", action="version", version=f"mlserve {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _build_parser(commands)
+    _client_parsers(commands)
     endpoints_cmd = commands.add_parser(
         "endpoints", help="model endpoint records (docs/monitoring.md#endpoint-records)"
     )
@@ -385,9 +792,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.argv = argv
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=getattr(args, "log_level", "info").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    args.handler(args)
+    _run(args)
 
 
 if __name__ == "__main__":

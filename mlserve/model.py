@@ -19,7 +19,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,6 +34,7 @@ from mlserve.core.deadlines import with_timeout
 from mlserve.core.events import HTTP_TRIGGERS, Event, Response
 from mlserve.core.gate import gate_of
 from mlserve.core.limits import limits_of, request_timeout
+from mlserve.core.loads import reporting_progress
 from mlserve.core.recorder import ModelRecorder, model_recorder
 from mlserve.core.stats import ModelStats
 from mlserve.protocol.errors import IllegalOperation, InvalidInput, MLServeError, ModelNotReady
@@ -42,6 +44,7 @@ from mlserve.protocol.forms import (
     check_declared_inputs,
     check_declared_rows,
     decode_request,
+    parse_json_body,
 )
 from mlserve.protocol.paths import get_path, set_path
 
@@ -114,6 +117,29 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
+def _run_to_end(awaitable: Any) -> Any:
+    """Await ``awaitable`` from sync code: on a loop of its own, in another thread
+    when this one runs a loop already (a notebook's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(awaitable))
+    with ThreadPoolExecutor(1, thread_name_prefix="mlserve-load") as pool:
+        return pool.submit(asyncio.run, _awaited(awaitable)).result()
+
+
+def _json_object(body: object) -> dict[str, Any]:
+    """An inference body that is not a dict yet: text or bytes that no JSON content type
+    announced (``curl -d`` sends a form type) are parsed here, so that bad JSON gets the
+    parser's message whatever the content type (docs/serving.md#the-url-surface)."""
+    if isinstance(body, (str, bytes, bytearray, memoryview)) and body:
+        body = parse_json_body(body, "application/json")
+    if not isinstance(body, dict):
+        got = "an empty body" if body is None else type(body).__name__
+        raise InvalidInput(f"the request body must be a JSON object, got {got}")
+    return body
+
+
 def split_name(name: str | None) -> tuple[str, str]:
     """``"m:v"`` -> ``("m", "v")``; without a colon the version is ``""``."""
     if name and ":" in name:
@@ -184,8 +210,10 @@ class V2ModelServer:
 
     # ---- lifecycle ---------------------------------------------------------
 
-    def load(self) -> None:
-        """Load the model into ``self.model``; runs once at start."""
+    def load(self) -> Awaitable[None] | None:
+        """Load the model into ``self.model``; runs once at start, beside the other
+        models' loads. It may be ``async def`` (awaited on a loop of its own); an
+        exception leaves the model not ready, with its message as the reason."""
 
     def post_init(self, mode: str = "sync") -> None:
         """Load the model: now (``"sync"``) or in a background thread (``"async"``)."""
@@ -199,17 +227,31 @@ class V2ModelServer:
             self._load_and_update_state()
 
     def _load_and_update_state(self) -> None:
+        """Run ``load()`` (awaited when it is a coroutine), saying when it starts, how
+        long it has run every so often, and how it ended
+        (docs/serving.md#start-up-loading-the-models)."""
+        what = f"model {self.name}" + (f" version {self.version}" if self.version else "")
+        logger.info("loading %s", what)
         started = time.perf_counter()
         try:
-            self.load()
+            with reporting_progress(lambda s: logger.info("still loading %s (%.0f s)", what, s)):
+                loading = self.load()
+                if inspect.isawaitable(loading):
+                    _run_to_end(loading)
         except Exception as exc:  # a failing model stays not ready; the others serve
             self.error = f"{type(exc).__name__}: {exc}"
-            logger.exception("failed to load model %s", self.name)
+            # an ImportError's message says what is missing (and which extra installs it)
+            trace = not isinstance(exc, ImportError)
+            seconds = time.perf_counter() - started
+            logger.error(
+                "failed to load %s after %.2f s: %s", what, seconds, self.error, exc_info=trace
+            )
             self._loaded.set()
             return
         self.load_seconds = time.perf_counter() - started
         model_recorder(self.name, self.version).loaded(self.load_seconds)
         self._mark_ready()
+        logger.info("%s ready in %.2f s", what, self.load_seconds)
 
     def _mark_ready(self) -> None:
         self.error = ""
@@ -416,8 +458,7 @@ class V2ModelServer:
             await self._wait_ready(event, runner)
         start_ns = time.time_ns()  # the call's wall-clock start: records and timestamps take it
         if not isinstance(body, dict):
-            got = "an empty body" if body is None else type(body).__name__
-            raise InvalidInput(f"the request body must be a JSON object, got {got}")
+            body = _json_object(body)
         request: Any = body
         started_ns = time.perf_counter_ns()
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -84,3 +85,19 @@ def served() -> Iterator[ServerProcess]:
     server = start_server()
     yield server
     server.stop()
+
+
+_LOG_LINE = re.compile(r"^\S+ \S+ \w+ mlserve\.\w+: (?P<message>.*)$")
+
+
+def log_messages(log: Path) -> list[str]:
+    """A server's log messages, in order, without their time, level and logger."""
+    found = [_LOG_LINE.match(line) for line in log.read_text().splitlines()]
+    return [match["message"] for match in found if match is not None]
+
+
+def log_position(said: list[str], pattern: str) -> int:
+    """The index of the one message of ``said`` that matches ``pattern`` whole."""
+    hits = [i for i, message in enumerate(said) if re.fullmatch(pattern, message)]
+    assert len(hits) == 1, (pattern, said)
+    return hits[0]

@@ -243,6 +243,8 @@ def _other(value: Any) -> tuple[str, Any]:
         return "secret", ("secret",)
     if isinstance(value, float):
         return str(value + 1.5), value + 1.5
+    if isinstance(value, str):  # json_nonfinite, the one choice: another of its choices
+        return "null", "null"
     return str(value + 3), value + 3
 
 

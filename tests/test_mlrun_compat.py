@@ -208,7 +208,7 @@ MALFORMED: list[tuple[str, str, Any, str | None, int]] = [
     ("GET", "/nope", None, None, 404),
     ("GET", "/v2/models/%2e%2e/ready", None, None, 400),
     ("GET", "/v2/models/m1%2Fx/ready", None, None, 400),
-    ("GET", "/v2/models/m1/explain", None, None, 400),
+    ("GET", "/v2/models/m1/explain", None, None, 405),  # POST only, in-process too
 ]
 
 GOOD: list[tuple[str, str, Any, str | None]] = [
@@ -260,6 +260,7 @@ def test_bad_input_is_the_same_4xx_through_both_faces(
     assert answer == mock
     assert answer[0] == status
     assert set(answer[1]) == {"error"} and answer[1]["error"].split(":")[0] in (
+        f"{method} is not allowed on {path}, only POST",
         "InvalidInput",
         "ModelNotFound",
         "IllegalOperation",

@@ -1,4 +1,4 @@
-"""mlrun APIs that code moved over from mlrun calls, behaving as mlrun's (issue 11)."""
+"""mlrun APIs that code moved over from mlrun calls, behaving as mlrun's ."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def test_import_loads_no_heavy_dependency():
     assert out.stdout.strip() == "[]"
 
 
-MAX_MODULES = 300  # issue 15: what ``import mlserve`` may add to sys.modules
+MAX_MODULES = 300  # what ``import mlserve`` may add to sys.modules
 
 
 def _fresh(statement: str) -> set[str]:

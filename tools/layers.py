@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("faces", ("mlserve.http", "mlserve.grpc", "mlserve.kafka")),
     ("function", ("mlserve.function",)),
     ("runtimes", ("mlserve.runtimes",)),
-    ("entry", ("mlserve.runner", "mlserve.cli", "mlserve.__main__", "mlserve")),
+    ("entry", ("mlserve.runner", "mlserve.client", "mlserve.cli", "mlserve.__main__", "mlserve")),
 ]
 FACES = ("mlserve.http", "mlserve.grpc", "mlserve.kafka")
 # The ground floor: the layers below this position (protocol, core) every layer may use.

@@ -2,7 +2,8 @@
 
 Every value has a documented default (docs/security.md) and comes from a CLI
 flag or its ``MLSERVE_*`` environment variable; the faces (lean HTTP, ASGI,
-gRPC) read the same object. Server-side limits (request timeout, per-model
+gRPC) read the same object, and the way answers write NaN is set from it
+(docs/protocol.md#nan-and-infinities). Server-side limits (request timeout, per-model
 concurrency) live with the server, not here.
 """
 
@@ -12,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
+
+from mlserve.protocol.nonfinite import FORMS
 
 __all__ = ["FaceSettings", "MiB", "split_secrets"]
 
@@ -41,7 +44,23 @@ class FaceSettings:
     header_timeout: float = 10.0  # seconds to send a request's head: then closed
     keep_alive_timeout: float = 5.0  # an idle keep-alive connection is closed
     max_connections: int = 2048  # more are closed at once (the backlog holds the rest)
+    max_connections_per_client: int = 0  # from one address, 429 past it (0: max_connections / 8)
+    max_client_rate: float = 0.0  # requests per second from one address, 429 past it (0: off)
+    body_timeout: float = 60.0  # seconds to send a request's body: 408, then closed
+    write_buffer_bytes: int = 256 * 1024  # unread answer bytes before a connection stops reading
+    write_timeout: float = 30.0  # seconds those may stay unread: then the connection is cut
     hide_errors: bool = False  # a model's exception text becomes a generic message + error id
+    json_nonfinite: str = "literal"  # NaN/Infinity in answers: literal, null or string
+
+    def __post_init__(self) -> None:
+        if self.json_nonfinite not in FORMS:
+            raise ValueError(
+                f"json_nonfinite (--json-nonfinite, MLSERVE_JSON_NONFINITE) must be one of "
+                f"{', '.join(FORMS)}, not {self.json_nonfinite!r}"
+            )
+        if self.max_connections_per_client <= 0:  # a share of the cap, so one address can't fill it
+            share = max(1, self.max_connections // 8)
+            object.__setattr__(self, "max_connections_per_client", share)
 
     @cached_property  # asked on every request
     def auth_enabled(self) -> bool:
@@ -73,7 +92,13 @@ _ENV_FIELDS: dict[str, type] = {
     "header_timeout": float,
     "keep_alive_timeout": float,
     "max_connections": int,
+    "max_connections_per_client": int,
+    "max_client_rate": float,
+    "body_timeout": float,
+    "write_buffer_bytes": int,
+    "write_timeout": float,
     "hide_errors": bool,
+    "json_nonfinite": str,
 }
 
 

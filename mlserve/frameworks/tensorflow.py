@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mlserve.frameworks.common import require
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.forms import InferenceRequest, check_declared_inputs
@@ -193,9 +194,9 @@ class TFModelServer(V2ModelServer):
     platform = "tensorflow_savedmodel"
 
     def load(self) -> None:
-        import tensorflow as tf
-
         from mlserve.frameworks.warmup import run_warmup
+
+        tf = require("tensorflow", "tensorflow")  # missing: one line names the extra
 
         self.saved_model_dir = resolve_saved_model(self.model_path or "")
         self.model = tf.saved_model.load(str(self.saved_model_dir))

@@ -26,6 +26,7 @@ import urllib.request
 from typing import Any
 
 from mlserve.core.sockets import port_is_free
+from mlserve.core.tls import TLS_ENV
 from mlserve.function.lifeline import PARENT_PID_ENV, die_with_parent
 from mlserve.protocol.tensors import dumps, loads
 from mlserve.server.graph_server import ServingRequestError
@@ -82,6 +83,8 @@ class LocalDeployment:
     def _start(self, spec: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         env.pop("JPY_SESSION_NAME", None)  # the server is no notebook
+        for _, variable in TLS_ENV.values():  # it answers plain HTTP on loopback
+            env.pop(variable, None)
         env[PARENT_PID_ENV] = str(os.getpid())
         command = [sys.executable, "-m", "mlserve", "serve", spec, "--host", HOST]
         # PR_SET_PDEATHSIG follows the thread that forks: only the main thread lives

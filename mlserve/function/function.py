@@ -387,11 +387,15 @@ class ServingFunction:
 
     def export(self, target: str = "", format: str = "") -> str:
         """Write the whole function (graph included) as YAML, or JSON for a ``.json``
-        path; ``format="nuclio"`` writes a nuclio function config. Returns the path."""
+        path; ``format="nuclio"`` writes a nuclio function config. Returns the path.
+        Inside the function's own code, run by its import (``mlserve serve fn.yaml``),
+        it writes nothing: an export never rewrites itself."""
         if format not in ("", "nuclio"):
             raise ValueError(f"unknown export format '{format}', use '' or 'nuclio'")
-        struct = self.to_nuclio_config() if format == "nuclio" else self.to_dict()
         path = Path(target or f"function-{self.metadata.name}.yaml")
+        if _sourcing:
+            return str(path)
+        struct = self.to_nuclio_config() if format == "nuclio" else self.to_dict()
         if path.suffix == ".json":
             path.write_text(json.dumps(struct, indent=2))
         else:
@@ -423,8 +427,9 @@ def _caller_globals() -> dict[str, Any]:
     return dict(frame.f_globals) if frame is not None else {}
 
 
-# True while a function's source runs: a notebook's code that deploys its own
-# function must not deploy again from inside the server that runs it.
+# True while a function's source runs: a notebook's code that deploys or exports its
+# own function must not deploy again from inside the server that runs it, nor rewrite
+# the export being imported.
 _sourcing = False
 
 
@@ -469,26 +474,21 @@ def code_to_function(
     """A serving function whose code is a ``.py`` file or a notebook (``.ipynb``,
     its code cells as the ``# mlrun:``/``# mlserve:`` markers select them).
 
-    Without ``filename``, in a notebook, the code is that notebook's: its classes
-    resolve in the notebook's namespace in the mock server, and the code travels
-    with the export. A file's code runs as a module of its own, where ``class_name``
-    strings resolve."""
-    from mlserve.function.source import read_code, running_notebook
+    Without ``filename``, in a notebook, the code is that notebook's (its file, or
+    the cells its kernel ran when it runs headless): its classes resolve in the
+    notebook's namespace in the mock server, and the code travels with the export.
+    A file's code runs as a module of its own, where ``class_name`` strings resolve."""
+    from mlserve.function.source import read_code, running_code
 
     _check_kind(kind)
     running = not filename
     if running:
-        filename = running_notebook() or ""
-        if not filename:
-            raise ValueError(
-                "code_to_function without filename= takes the running notebook's code, "
-                "and no notebook was found (JPY_SESSION_NAME, Jupyter's sessions API): "
-                "give filename='path.py' or 'path.ipynb'"
-            )
-    path = Path(filename)
-    fn = ServingFunction(name or path.stem, project, tag)
-    fn.spec.source = read_code(path)
-    fn.spec.filename = str(path)
+        source, filename = running_code()
+    else:
+        source = read_code(filename)
+    fn = ServingFunction(name or Path(filename).stem or "notebook", project, tag)
+    fn.spec.source = source
+    fn.spec.filename = filename
     fn.spec.requirements = list(requirements or [])
     if not running:  # the running notebook's own names serve its mock server
         fn._namespace = _exec_source(fn.spec.source, fn.metadata.name)
@@ -496,11 +496,20 @@ def code_to_function(
 
 
 def import_function(path: str) -> ServingFunction:
-    """Load a function exported with ``fn.export()`` (YAML or JSON)."""
+    """Load a function exported with ``fn.export()`` (YAML or JSON); a file that is
+    not one raises ``ValueError`` saying so. Its code runs as a module of its own."""
     import yaml
 
     text = Path(path).read_text()
-    struct = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    try:
+        struct = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        said = f"{getattr(exc, 'problem', '')} at line {mark.line + 1}" if mark else str(exc)
+        raise ValueError(f"{path} is not an exported function: {said}") from None
+    if not isinstance(struct, dict) or not ({"kind", "spec"} & set(struct)):
+        raise ValueError(f"{path} is not an exported function: fn.export() writes one")
+    _check_kind(struct.get("kind", "serving"))
     return ServingFunction.from_dict(struct)
 
 

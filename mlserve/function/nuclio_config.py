@@ -6,6 +6,8 @@ commands of mlserve and of the function's requirements, and the handler
 module as ``build.functionSourceCode``: the function's own code (its model
 classes) followed by the runtime's entry points, as mlrun's exported functions
 do. The function itself (graph and settings) travels in ``SERVING_SPEC_ENV``.
+``mlserve build`` writes ``image_config`` instead: nuclio builds on the image
+of the build folder, which already holds mlserve and the models.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "SPEC_ENV",
     "function_config",
     "handler_module",
+    "image_config",
     "local_model_paths",
 ]
 
@@ -78,15 +81,33 @@ def function_config(fn: Any, mlserve_requirement: str = "") -> dict[str, Any]:
             "in nuclio use a URL (s3://, http://, ...) or a volume mounted at that path",
             stacklevel=3,
         )
-    struct = fn.to_dict()
-    source = fn.source_code()
-    struct["spec"].pop("build", None)  # the source is the handler module below
     commands = [f"pip install {shlex.quote(mlserve_requirement or f'mlserve=={__version__}')}"]
     if fn.spec.requirements:
         commands.append("pip install " + " ".join(map(shlex.quote, fn.spec.requirements)))
+    return _config(fn, fn.to_dict(), fn.spec.base_image or BASE_IMAGE, commands)
+
+
+def image_config(fn: Any, struct: dict[str, Any], image: str) -> dict[str, Any]:
+    """The nuclio config of ``fn`` built on ``image``, the image of an ``mlserve
+    build`` folder: mlserve, the requirements and the models are in it, and its
+    working directory (inherited by nuclio's image) is where ``struct``'s relative
+    model paths resolve, so nothing is installed and no path is this machine's."""
+    return _config(fn, struct, image, [])
+
+
+def _config(
+    fn: Any, struct: dict[str, Any], base_image: str, commands: list[str]
+) -> dict[str, Any]:
+    # The function's source travels as the handler module, not in the spec.
+    struct = {**struct, "spec": {k: v for k, v in struct["spec"].items() if k != "build"}}
+    source = base64.b64encode(handler_module(fn.source_code()).encode()).decode()
     labels = {"mlserve/project": fn.metadata.project}
     if fn.metadata.tag:
         labels["mlserve/tag"] = fn.metadata.tag
+    build: dict[str, Any] = {"baseImage": base_image}
+    if commands:
+        build["commands"] = commands
+    build["functionSourceCode"] = source
     return {
         "apiVersion": "nuclio.io/v1",
         "kind": "NuclioFunction",
@@ -95,10 +116,6 @@ def function_config(fn: Any, mlserve_requirement: str = "") -> dict[str, Any]:
             "handler": HANDLER,
             "runtime": RUNTIME,
             "env": [{"name": SPEC_ENV, "value": json.dumps(struct)}],
-            "build": {
-                "baseImage": fn.spec.base_image or BASE_IMAGE,
-                "commands": commands,
-                "functionSourceCode": base64.b64encode(handler_module(source).encode()).decode(),
-            },
+            "build": build,
         },
     }

@@ -19,11 +19,16 @@ def function_from_repository(
     cache_size: int | None = None,
     load_timeout: float = 300.0,
     name: str | None = None,
+    version_quiet_period: float | None = None,
+    version_done_file: str | None = None,
 ) -> ServingFunction:
     """A function serving every model of a repository folder (and/or a model config).
 
     ``poll_interval`` 0 turns hot reload off; ``cache_size`` N keeps at most N
-    versions loaded, loading the others on first use::
+    versions loaded, loading the others on first use. A new version loads once its
+    files have been unchanged for ``version_quiet_period`` seconds (default
+    ``MLSERVE_VERSION_QUIET_PERIOD``, else 2) and, with ``version_done_file``, once
+    it holds that file (docs/repository.md#a-version-loads-when-complete)::
 
         fn = function_from_repository("models/", poll_interval=1)
         server = fn.to_mock_server()
@@ -37,6 +42,8 @@ def function_from_repository(
         "poll_interval": poll_interval,
         "cache_size": cache_size,
         "load_timeout": load_timeout,
+        "version_quiet_period": version_quiet_period,
+        "version_done_file": version_done_file,
     }
     fn = new_function(name or Path(path or model_config or "repository").stem or "repository")
     fn.set_topology(

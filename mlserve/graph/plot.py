@@ -10,8 +10,11 @@ reached by dashed edges; steps of a child function sit in a frame named after it
 
 from __future__ import annotations
 
+import re
 import shutil
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +53,51 @@ def to_digraph(
         node_attr={"fontname": "Helvetica", "style": "rounded,filled", "fillcolor": "#eef3fb"},
     )
     entry = source or "start"
-    dot.node(entry, shape="circle", fillcolor="#d7ecd9")
+    _node(dot, entry, shape="circle", fillcolor="#d7ecd9")
     steps = getattr(graph, "steps", None)
     if steps is None:  # a router topology: the router is the only step
         _add_step(dot, graph.name or "router", graph)
-        dot.edge(entry, graph.name or "router")
+        _edge(dot, entry, graph.name or "router")
         return dot
     _add_steps(dot, steps)
     _add_edges(dot, entry, graph, steps, targets or [])
     return dot
+
+
+_PLAIN_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEYWORDS = {"node", "edge", "graph", "digraph", "subgraph", "strict"}
+
+
+def _id(text: str) -> str:
+    """``text`` as a DOT id or attribute value: quoted unless plain, so that every
+    character is part of the name (graphviz's own ``edge()`` reads ``a:b`` as node
+    ``a``, port ``b``); backslashes doubled, so a label shows them as they are."""
+    if _PLAIN_ID.fullmatch(text) and text.lower() not in _KEYWORDS:
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _attrs(attrs: dict[str, str]) -> str:
+    return " [" + " ".join(f"{key}={_id(value)}" for key, value in attrs.items()) + "]"
+
+
+def _node(dot: Any, name: str, **attrs: str) -> None:
+    dot.body.append(f"\t{_id(name)}{_attrs(attrs) if attrs else ''}\n")
+
+
+def _edge(dot: Any, tail: str, head: str, **attrs: str) -> None:
+    dot.body.append(f"\t{_id(tail)} -> {_id(head)}{_attrs(attrs) if attrs else ''}\n")
+
+
+@contextmanager
+def _cluster(dot: Any, name: str, **attrs: str) -> Iterator[None]:
+    """A framed subgraph: what is added to ``dot`` inside the block is drawn in it."""
+    dot.body.append(f"\tsubgraph {_id('cluster_' + name)} {{\n")
+    start = len(dot.body)
+    dot.body.extend(f"\t{key}={_id(value)}\n" for key, value in attrs.items())
+    yield
+    dot.body[start:] = ["\t" + line for line in dot.body[start:]]  # indented inside the frame
+    dot.body.append("\t}\n")
 
 
 def _add_steps(dot: Any, steps: dict[str, Any]) -> None:
@@ -67,11 +106,10 @@ def _add_steps(dot: Any, steps: dict[str, Any]) -> None:
         if not step.function:
             _add_step(dot, name, step)
     for function in functions:
-        with dot.subgraph(name=f"cluster_{function}") as frame:
-            frame.attr(label=f"function: {function}", style="dashed")
+        with _cluster(dot, function, label=f"function: {function}", style="dashed"):
             for name, step in steps.items():
                 if step.function == function:
-                    _add_step(frame, name, step)
+                    _add_step(dot, name, step)
 
 
 def _add_step(dot: Any, name: str, step: Any) -> None:
@@ -81,14 +119,13 @@ def _add_step(dot: Any, name: str, step: Any) -> None:
         attrs["peripheries"] = "2"
     if kind == "error":
         attrs.update(fillcolor="#fbe3e3", color="#b22222")
-    dot.node(name, **attrs)
+    _node(dot, name, **attrs)
     routes = getattr(step, "routes", None)
     if kind == "router" and routes:
-        with dot.subgraph(name=f"cluster_{name}") as box:
-            box.attr(label=name, style="rounded")
+        with _cluster(dot, name, label=name, style="rounded"):
             for key in routes:
-                box.node(f"{name}/{key}", label=key, shape="ellipse", fillcolor="#fff7e0")
-                box.edge(name, f"{name}/{key}", arrowhead="none")
+                _node(dot, f"{name}/{key}", label=key, shape="ellipse", fillcolor="#fff7e0")
+                _edge(dot, name, f"{name}/{key}", arrowhead="none")
 
 
 def _add_edges(dot: Any, entry: str, graph: Any, steps: dict[str, Any], targets: list[str]) -> None:
@@ -96,21 +133,21 @@ def _add_edges(dot: Any, entry: str, graph: Any, steps: dict[str, Any], targets:
     for name, step in steps.items():
         if step.kind == "error":
             for before in step.before:
-                dot.edge(name, before)
+                _edge(dot, name, before)
             continue
         for after in step.after:
-            dot.edge(after, name)
+            _edge(dot, after, name)
             has_next.add(after)
         if not step.after:
-            dot.edge(entry, name)
+            _edge(dot, entry, name)
         handler = getattr(step, "on_error", None) or graph.on_error
         if handler:
-            dot.edge(name, handler, style="dashed", color="#b22222")
+            _edge(dot, name, handler, style="dashed", color="#b22222")
     leaves = [name for name, step in steps.items() if step.kind != "error" and name not in has_next]
     for target in targets:
-        dot.node(target, shape="cylinder", fillcolor="#f2f2f2")
+        _node(dot, target, shape="cylinder", fillcolor="#f2f2f2")
         for leaf in leaves:
-            dot.edge(leaf, target)
+            _edge(dot, leaf, target)
 
 
 def plot_graph(

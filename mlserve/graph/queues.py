@@ -25,7 +25,7 @@ from mlserve.core.context import GraphContext
 from mlserve.core.events import Event, Trigger
 from mlserve.graph.steps import BaseStep, step_kinds
 from mlserve.protocol.errors import InvalidInput
-from mlserve.protocol.tensors import dumps, loads
+from mlserve.protocol.tensors import dumps_lossless, loads
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError
@@ -127,7 +127,7 @@ class QueueStep(BaseStep):
             if error:
                 errors.append(error)
 
-        self._producer.produce(self._target.topic, dumps(record), on_delivery=on_delivery)
+        self._producer.produce(self._target.topic, dumps_lossless(record), on_delivery=on_delivery)
         if self._producer.flush(SEND_TIMEOUT_SECONDS) or errors:
             raise RuntimeError(f"queue '{self.name}': event not delivered: {errors or 'timeout'}")
         event.terminated = True

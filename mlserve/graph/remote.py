@@ -25,7 +25,7 @@ from mlserve.protocol.errors import ModelNotReady
 from mlserve.protocol.tensors import (
     BINARY_HEADER,
     RAW,
-    dumps,
+    dumps_lossless,
     join_binary_body,
     loads,
     split_binary_body,
@@ -130,4 +130,4 @@ def _encode(body: object) -> tuple[bytes | None, dict[str, str]]:
             "Content-Type": "application/octet-stream",
             BINARY_HEADER: str(header_length),
         }
-    return dumps(body), {"Content-Type": "application/json"}
+    return dumps_lossless(body), {"Content-Type": "application/json"}

@@ -8,15 +8,19 @@ object that handles events (a model, a router, a handler).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, ClassVar
 
 from mlserve.core.aio import drive
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event
+from mlserve.core.loads import run_load
 from mlserve.graph.classes import class_reference, construct, resolve_class
 from mlserve.graph.routers import ModelRouter
 from mlserve.graph.tasks import step_calls
+from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput
 
 __all__ = [
@@ -316,7 +320,9 @@ class TaskStep(BaseStep):
             )
         if getattr(self._object, "graph_step", False) is None:  # Merge counts the steps it follows
             self._object.graph_step = self
-        if self._object is not None and hasattr(self._object, "post_init"):
+        if isinstance(self._object, V2ModelServer) and mode == "sync":
+            run_load(partial(self._object.post_init, mode))  # beside the other models' loads
+        elif self._object is not None and hasattr(self._object, "post_init"):
             self._object.post_init(mode)
         self._run_sync, self._call = step_calls(self, self._object, namespace, context)
         self._bind()
@@ -340,6 +346,16 @@ class TaskStep(BaseStep):
     def iter_models(self) -> Iterator[Any]:
         if self._object is not None and hasattr(self._object, "get_metadata"):
             yield self._object
+
+    def reloaded(self, context: GraphContext, namespace: dict[str, Any] | None) -> TaskStep:
+        """A copy of this step with its object built and loaded afresh, for a repository
+        load: this step serves on until the copy replaces it, and keeps serving when the
+        copy's load failed. An object the user gave (not a class) loads again in place."""
+        fresh = copy.copy(self)
+        if self._instance is not None and hasattr(self._instance, "ready"):
+            self._instance.ready = False
+        fresh.init_object(context, namespace, "sync")
+        return fresh
 
 
 def _instance_args(obj: object) -> dict[str, Any]:

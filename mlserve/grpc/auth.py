@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 
 from mlserve.core.settings import FaceSettings
+from mlserve.grpc.counting import counted
 from mlserve.grpc.status import ServicerContext
+from mlserve.monitoring.responses import grpc_counts
 from mlserve.server.auth import authorize
 
 __all__ = ["AuthInterceptor", "grpc_path"]
@@ -63,6 +65,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, settings: FaceSettings) -> None:
         self.settings = settings
+        self.counts = grpc_counts()  # the refusals, for /metrics
 
     async def intercept_service(
         self,
@@ -80,5 +83,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if refused is None:
             return handler
         if refused.status_code == 401:
-            return _refusing(handler, grpc.StatusCode.UNAUTHENTICATED, "authentication required")
-        return _refusing(handler, grpc.StatusCode.PERMISSION_DENIED, refused.body["error"])
+            refusal = _refusing(handler, grpc.StatusCode.UNAUTHENTICATED, "authentication required")
+        else:
+            refusal = _refusing(handler, grpc.StatusCode.PERMISSION_DENIED, refused.body["error"])
+        return counted(refusal, handler_call_details.method, self.counts)

@@ -19,6 +19,7 @@ import grpc
 from mlserve.core.events import Event, Response, Trigger
 from mlserve.core.settings import FaceSettings
 from mlserve.grpc import convert
+from mlserve.grpc.counting import CountedHandlers
 from mlserve.grpc.generated import grpc_predict_v2_pb2 as pb
 from mlserve.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
 from mlserve.grpc.status import ServicerContext, abort, body_message
@@ -26,9 +27,12 @@ from mlserve.protocol.errors import Forbidden, InvalidInput, MLServeError
 from mlserve.protocol.names import dot_name
 
 if TYPE_CHECKING:
+    from mlserve.core.tls import TLSSettings
     from mlserve.server.graph_server import GraphServer
 
-__all__ = ["InferenceServicer", "start_grpc_server"]
+__all__ = ["GRPC_MAX_STREAMS", "InferenceServicer", "start_grpc_server"]
+
+GRPC_MAX_STREAMS = 100  # calls at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)
 
 _TRIGGER = Trigger(kind="grpc", name="grpc")
 logger = logging.getLogger("mlserve.grpc")
@@ -221,7 +225,7 @@ class _ResponseError(MLServeError):
         self.response = response
 
 
-def _add_tfserving(server: GraphServer, grpc_server: grpc.aio.Server) -> bool:
+def _add_tfserving(server: GraphServer, handlers: CountedHandlers) -> bool:
     """TF Serving's services beside V2's, when ``tensorflow-serving-api`` is installed;
     imported by their first call (their stubs import TensorFlow)."""
     from mlserve.grpc.tfserving_loader import INSTALL, TFServingLoader, installed
@@ -229,7 +233,7 @@ def _add_tfserving(server: GraphServer, grpc_server: grpc.aio.Server) -> bool:
     if not installed():
         logger.warning("TF Serving gRPC API off (no tensorflow_serving): %s", INSTALL)
         return False
-    grpc_server.add_generic_rpc_handlers((TFServingLoader(server),))
+    handlers.add_generic_rpc_handlers((TFServingLoader(server),))
     return True
 
 
@@ -258,13 +262,15 @@ async def start_grpc_server(
     port: int,
     services: str = "v2,tfserving",
     settings: FaceSettings | None = None,
+    tls: TLSSettings | None = None,
 ) -> Any:
     """Start a ``grpc.aio`` server for ``server`` on ``host:port``, in the running loop.
 
     ``services``: "v2" (Open Inference), "tfserving" (TF Serving's
     PredictionService and ModelService, when installed), or both. ``settings``: the
     faces' auth (an interceptor covers every service) and body limit (the largest
-    message received).
+    message received). ``tls``: serve TLS with its certificate; with its client CA,
+    a call without a client certificate it signed fails the handshake (docs/security.md#tls).
     """
     from mlserve.grpc.auth import AuthInterceptor
 
@@ -274,15 +280,31 @@ async def start_grpc_server(
         options=[
             ("grpc.max_receive_message_length", settings.max_body_bytes),
             ("grpc.max_send_message_length", -1),
+            # memory per connection (docs/security.md#memory-per-connection): HTTP/2 flow
+            # control keeps an answer its client does not read here, one per call, and a
+            # connection runs at most this many calls at once (more are refused)
+            ("grpc.max_concurrent_streams", GRPC_MAX_STREAMS),
+            ("grpc.keepalive_time_ms", 60_000),  # ping a connection with calls each minute:
+            ("grpc.keepalive_timeout_ms", 20_000),  # a peer gone silent is cut
         ],
     )
+    handlers = CountedHandlers()  # every call's status, for /metrics
     if "v2" in services:
         servicer = InferenceServicer(server)
-        grpc_server.add_generic_rpc_handlers((_model_infer(servicer),))  # asked first
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, grpc_server)
-    if "tfserving" in services and not _add_tfserving(server, grpc_server) and "v2" not in services:
+        handlers.add_generic_rpc_handlers((_model_infer(servicer),))  # asked first
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, handlers)
+    if "tfserving" in services and not _add_tfserving(server, handlers) and "v2" not in services:
         raise RuntimeError("the TF Serving gRPC port needs tensorflow-serving-api installed")
-    bound = grpc_server.add_insecure_port(f"{host}:{port}")
+    grpc_server.add_generic_rpc_handlers((handlers,))
+    address = f"{host}:{port}"
+    if tls is not None and tls.enabled:
+        key, chain, client_ca = tls.pem()
+        credentials = grpc.ssl_server_credentials(
+            [(key, chain)], root_certificates=client_ca, require_client_auth=tls.mutual
+        )
+        bound = grpc_server.add_secure_port(address, credentials)
+    else:
+        bound = grpc_server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"cannot bind the gRPC port {host}:{port}")
     await grpc_server.start()

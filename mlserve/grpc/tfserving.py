@@ -44,11 +44,13 @@ from tensorflow_serving.apis import (
 
 from mlserve.core.aio import run_in_threadpool
 from mlserve.core.events import Event, Response, Trigger
+from mlserve.core.hidden import hidden
 from mlserve.grpc.status import ServicerContext, abort, grpc_code
 from mlserve.protocol.errors import (
     Forbidden,
     MLServeError,
     ModelNotFound,
+    error_body,
     status_of,
 )
 from mlserve.protocol.tensors import DATATYPES, RAW, decode_tensor, encode_raw, encode_tensor
@@ -282,8 +284,9 @@ def _spec(model: V2ModelServer, signature: str) -> model_pb2.ModelSpec:
     return spec
 
 
-async def _answer(context: ServicerContext, call: Awaitable[T]) -> T:
-    """Await ``call``; every error becomes its gRPC code and message."""
+async def _answer(server: GraphServer, context: ServicerContext, call: Awaitable[T]) -> T:
+    """Await ``call``; every error becomes its gRPC code and message, logged and
+    hidden as the server's errors are (docs/serving.md#errors-in-the-log)."""
     try:
         return await call
     except TFServingError as exc:
@@ -292,8 +295,9 @@ async def _answer(context: ServicerContext, call: Awaitable[T]) -> T:
     except _ResponseError as exc:
         await abort(context, exc.response)
     except (MLServeError, NotImplementedError) as exc:
-        code = grpc_code(status_of(exc))
-        await context.abort(code, str(exc))
+        status = status_of(exc)
+        shown = server.log_error(exc, status, error_body(exc)["error"])
+        await context.abort(grpc_code(status), shown or str(exc))
         raise  # (context.abort raises first)
 
 
@@ -338,7 +342,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
     async def Predict(
         self, request: predict_pb2.PredictRequest, context: ServicerContext
     ) -> predict_pb2.PredictResponse:
-        return await _answer(context, self._predict(request))
+        return await _answer(self.server, context, self._predict(request))
 
     async def _predict(self, request: predict_pb2.PredictRequest) -> predict_pb2.PredictResponse:
         router, key, model = self.resolve(request.model_spec)
@@ -360,7 +364,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
     async def GetModelMetadata(
         self, request: get_model_metadata_pb2.GetModelMetadataRequest, context: ServicerContext
     ) -> get_model_metadata_pb2.GetModelMetadataResponse:
-        return await _answer(context, self._metadata(request))
+        return await _answer(self.server, context, self._metadata(request))
 
     async def _metadata(
         self, request: get_model_metadata_pb2.GetModelMetadataRequest
@@ -383,7 +387,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
     async def Classify(
         self, request: classification_pb2.ClassificationRequest, context: ServicerContext
     ) -> classification_pb2.ClassificationResponse:
-        return await _answer(context, self._classify(request))
+        return await _answer(self.server, context, self._classify(request))
 
     async def _classify(
         self, request: classification_pb2.ClassificationRequest
@@ -396,7 +400,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
     async def Regress(
         self, request: regression_pb2.RegressionRequest, context: ServicerContext
     ) -> regression_pb2.RegressionResponse:
-        return await _answer(context, self._regress(request))
+        return await _answer(self.server, context, self._regress(request))
 
     async def _regress(
         self, request: regression_pb2.RegressionRequest
@@ -409,7 +413,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer, 
     async def MultiInference(
         self, request: inference_pb2.MultiInferenceRequest, context: ServicerContext
     ) -> inference_pb2.MultiInferenceResponse:
-        return await _answer(context, self._multi(request))
+        return await _answer(self.server, context, self._multi(request))
 
     async def _multi(
         self, request: inference_pb2.MultiInferenceRequest
@@ -544,7 +548,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer, _Calls):
     async def GetModelStatus(
         self, request: get_model_status_pb2.GetModelStatusRequest, context: ServicerContext
     ) -> get_model_status_pb2.GetModelStatusResponse:
-        return await _answer(context, self._status(request))
+        return await _answer(self.server, context, self._status(request))
 
     async def _status(
         self, request: get_model_status_pb2.GetModelStatusRequest
@@ -558,7 +562,8 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer, _Calls):
             if label:
                 router, version = resolve_route(self.server, spec.name, None, label)
                 version = version.partition(":")[2]
-            found = model_status(router, spec.name, version) if router is not None else None
+            hide = self.server.hide_errors
+            found = model_status(router, spec.name, version, hide) if router is not None else None
         except ModelNotFound:
             found = None
         entries = list((found or {}).get("model_version_status", []))
@@ -584,7 +589,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer, _Calls):
     async def HandleReloadConfigRequest(
         self, request: model_management_pb2.ReloadConfigRequest, context: ServicerContext
     ) -> model_management_pb2.ReloadConfigResponse:
-        return await _answer(context, self._reload(request))
+        return await _answer(self.server, context, self._reload(request))
 
     async def _reload(
         self, request: model_management_pb2.ReloadConfigRequest
@@ -608,8 +613,8 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer, _Calls):
         try:
             configs = configs_from_proto(request.config, root)
             confine(configs, root, [c.base_path for c in repository.configs.values()])
-        except ValueError as exc:
-            raise _invalid(str(exc)) from None
+        except ValueError as exc:  # it may name the repository's folder
+            raise _invalid(hidden(str(exc), 400) if self.server.hide_errors else str(exc)) from None
         await run_in_threadpool(repository.replace_config, configs)
         status = status_pb2.StatusProto(error_code=error_codes_pb2.OK)
         return model_management_pb2.ReloadConfigResponse(status=status)

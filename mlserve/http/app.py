@@ -15,6 +15,7 @@ from typing import Any
 from mlserve.core.events import Event, Response, Trigger
 from mlserve.core.settings import FaceSettings
 from mlserve.http import gate
+from mlserve.monitoring.responses import http_counts, method_label
 from mlserve.protocol.errors import MLServeError, PayloadTooLarge
 from mlserve.server.graph_server import GraphServer, encode_response
 
@@ -39,6 +40,7 @@ def create_app(server: GraphServer, settings: FaceSettings | None = None) -> ASG
     """An ASGI application serving ``server`` (already initialised)."""
     settings = settings or FaceSettings()
     admitted: _Admitted = set()
+    counts = http_counts()  # answers by (status, method), for /metrics
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -47,6 +49,8 @@ def create_app(server: GraphServer, settings: FaceSettings | None = None) -> ASG
         if scope["type"] != "http":
             return
         response = await _answer(server, settings, admitted, scope, receive)
+        key = (response.status_code, method_label(scope["method"]))
+        counts[key] = counts.get(key, 0) + 1
         headers = [(b"content-type", response.content_type.encode())]
         if response.headers:
             headers += [(k.lower().encode(), str(v).encode()) for k, v in response.headers.items()]

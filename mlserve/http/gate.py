@@ -1,7 +1,8 @@
 """What every HTTP face checks before a request reaches the server, and does to
 the answer after: a safe request target, credentials, the method, the body's
 Content-Encoding, and the response's compression. Both HTTP faces (the lean
-server and the ASGI app) call the same functions, so they answer alike.
+server and the ASGI app) call the same functions, so they answer alike; the
+target and method checks are the mock server's own (``GraphServer.test``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mlserve.server.graph_server import (
     encode_response_async,
     encodes_off_loop,
 )
+from mlserve.server.methods import method_refusal
 
 __all__ = [
     "admit",
@@ -37,14 +39,6 @@ __all__ = [
     "too_large",
 ]
 
-# path pattern -> the methods it answers (405 with Allow for the others)
-_METHODS: list[tuple[re.Pattern[str], str]] = [  # route: its methods, as ``Allow`` lists them
-    (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/(infer|generate)/?$"), "POST"),
-    (re.compile(r"^/v1/models/[^/]+(/versions/[^/]+|/labels/[^/]+)?:[a-z]+/?$"), "POST"),
-    (re.compile(r"^/v2/repository/"), "POST"),
-]
-# Methods that every route above answers (POST): never a 405, no pattern to match.
-_ANSWERED_EVERYWHERE = frozenset.intersection(*(frozenset(a.split(", ")) for _, a in _METHODS))
 _REFUSED = re.compile(r";\s*q=0(\.0*)?$")  # "gzip;q=0": not acceptable
 _COMPRESSORS = {
     "gzip": lambda data: zlib.compress(data, 6, wbits=16 + zlib.MAX_WBITS),
@@ -66,18 +60,6 @@ def check_target(raw_path: bytes, path: str) -> Response | None:
     return None if error is None else _error(400, f"InvalidInput: {error}")
 
 
-def check_method(method: str, path: str) -> Response | None:
-    """405 with ``Allow`` for a method the route does not answer."""
-    if method in _ANSWERED_EVERYWHERE:
-        return None
-    for pattern, allowed in _METHODS:
-        if pattern.match(path):
-            if method == allowed or method in allowed.split(", "):
-                return None
-            return _error(405, f"{method} is not allowed on {path}", {"Allow": allowed})
-    return None
-
-
 def admit(
     settings: FaceSettings, method: str, raw_path: bytes, path: str, headers: dict[str, str]
 ) -> Response | None:
@@ -85,7 +67,7 @@ def admit(
     return (
         check_target(raw_path, path)
         or authorize(settings, path, headers.get("authorization", ""))
-        or check_method(method, path)
+        or method_refusal(method, path)
         or _check_encoding(headers.get("content-encoding", ""))
     )
 

@@ -9,7 +9,10 @@ chunked request bodies, ``Expect: 100-continue``, HEAD, 400 on a malformed
 request, ``Connection: close``, an idle timeout) and drops the rest. The limits
 of ``FaceSettings`` (body, header and URL sizes, header read timeout, maximum
 connections) are enforced while parsing, so an oversized request is answered
-before the rest of it is read. The ASGI
+before the rest of it is read. A connection holds bounded memory: it reads no
+more while its client leaves answers unread past ``write_buffer_bytes`` (or its
+pipelined requests hold as much), and is cut when they stay unread
+(docs/security.md#memory-per-connection). The ASGI
 app (``mlserve.http.create_app``) stays for uvicorn, hypercorn and ASGI middleware.
 """
 
@@ -18,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
+import sys
 from collections import deque
 from http import HTTPStatus
 from typing import Any
@@ -28,6 +33,8 @@ import httptools
 from mlserve.core.events import Event, Response, Trigger
 from mlserve.core.settings import FaceSettings
 from mlserve.http import gate
+from mlserve.http.clients import TOO_MANY_CONNECTIONS, Clients, RateBucket, rate_limited
+from mlserve.monitoring.responses import HTTP_METHODS, http_counts, method_label
 from mlserve.protocol.errors import MLServeError
 from mlserve.server.auth import authorize
 from mlserve.server.graph_server import GraphServer, encode_response
@@ -48,6 +55,7 @@ _SERVER_ERROR = Response(b"Internal Server Error", 500, "text/plain; charset=utf
 _NO_BODY_STATUS = frozenset({204, 304})
 _TOO_MANY_CONNECTIONS = Response({"error": "too many connections"}, 503)
 _HEAD_TIMEOUT = Response({"error": "the request head took too long"}, 408)
+_BODY_TIMEOUT = Response({"error": "the request body took too long"}, 408)
 
 
 class _Refused(Exception):
@@ -176,7 +184,9 @@ class HTTPProtocol(asyncio.Protocol):
         self.max_headers = settings.max_headers
         self.max_header_bytes = settings.max_header_bytes
         self.max_body_bytes = settings.max_body_bytes
+        self.write_buffer_bytes = settings.write_buffer_bytes
         self.targets = owner.targets
+        self.responses = owner.responses
         self.server = owner.graph_server
         self.loop = owner.loop
         self.parser = httptools.HttpRequestParser(self)
@@ -192,8 +202,16 @@ class HTTPProtocol(asyncio.Protocol):
         self.continue_pending = False
         self.idle_since = self.loop.time()
         self.head_since: float | None = None  # when the head now being read began
+        self.body_since: float | None = None  # when the body now being read began
         self.body_bytes = 0
         self.refusal: bytes | None = None
+        self.client: str | None = None  # the peer's address, once counted in owner.clients
+        self.bucket: RateBucket | None = None  # its request rate, when one is set
+        self.reading = True
+        self.queued_bytes = 0  # the bodies of the pipelined requests waiting in ``queue``
+        self.unread_since: float | None = None  # since when answers wait on the client
+        self.unread = sys.maxsize  # what was left unread at the last sweep
+        self.waiting = False  # an answer is out, the next waits for the client to read
 
     # ---- connection -----------------------------------------------------------------
 
@@ -201,14 +219,31 @@ class HTTPProtocol(asyncio.Protocol):
         self.transport = transport  # an asyncio.Transport (the loop's create_server)
         if len(self.owner.connections) >= self.settings.max_connections:
             self.lost = True
+            self._count(503, "")  # no request read: no method
             self.transport.write(closing_bytes(_TOO_MANY_CONNECTIONS))
             transport.close()
             return
+        peer = transport.get_extra_info("peername")
+        client = peer[0] if isinstance(peer, tuple) else ""  # "": a Unix socket's
+        clients = self.owner.clients
+        if not clients.admit(client):
+            self.lost = True
+            self._count(429, "")  # no request read: no method
+            self.transport.write(closing_bytes(TOO_MANY_CONNECTIONS))
+            transport.close()
+            return
+        self.client = client
+        self.bucket = clients.bucket(client, self.loop.time())
         self.owner.connections.add(self)
+        bound = self.write_buffer_bytes
+        self.transport.set_write_buffer_limits(high=bound, low=bound // 4)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.owner.connections.discard(self)
+        if self.client is not None:
+            self.owner.clients.release(self.client)
+            self.client = None
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -231,15 +266,39 @@ class HTTPProtocol(asyncio.Protocol):
 
     def _close_with(self, refusal: bytes) -> None:
         """Read no more: answer the requests before it, then ``refusal``, then close."""
+        # the method of the refused request, when its request line was read
+        self._count(int(refusal[9:12]), self.parser.get_method().decode() if self.url else "")
         self.closing = True
         self.head_since = None
         self._enqueue((refusal, False, False))
 
     def pause_writing(self) -> None:
-        self.transport.pause_reading()
+        """The client left ``write_buffer_bytes`` unread: read and answer nothing more
+        until it reads (or ``write_timeout`` passes: the sweep cuts the connection)."""
+        self.unread_since = self.loop.time()
+        self.unread = sys.maxsize
+        self._flow()
 
     def resume_writing(self) -> None:
-        self.transport.resume_reading()
+        self.unread_since = None
+        if self.waiting:  # the next request's turn, held while the client read
+            self.waiting = False
+            self._start(self.queue.popleft())
+        self._flow()
+
+    def _flow(self) -> None:
+        """Read while the client reads its answers and the pipelined requests are few."""
+        reading = (
+            self.unread_since is None
+            and len(self.queue) < _MAX_PIPELINED
+            and self.queued_bytes <= self.write_buffer_bytes
+        )
+        if reading != self.reading and not self.lost:
+            self.reading = reading
+            if reading:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
 
     def drain(self) -> None:
         """Stop taking requests; close now if idle, else after the queued answers."""
@@ -280,6 +339,7 @@ class HTTPProtocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.head_since = None
+        self.body_since = self.idle_since  # the body's time starts (a GET's ends at once)
         head = self.head
         if self.headers != head.raw:  # else the lines the last request sent: decoded already
             head = self.head = self._read_head(self.headers)
@@ -290,6 +350,7 @@ class HTTPProtocol(asyncio.Protocol):
         if head.expects_continue:
             if self.busy:
                 self.continue_pending = True  # written when the answers before it are out
+                self.body_since = None  # timed from then
             else:
                 self.transport.write(_CONTINUE)
 
@@ -332,6 +393,7 @@ class HTTPProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.continue_pending = False
+        self.body_since = None
         body = b"".join(self.body)  # one chunk: that very bytes object
         self.body = []  # the chunks are not kept beside the joined body
         parser = self.parser
@@ -344,11 +406,18 @@ class HTTPProtocol(asyncio.Protocol):
         known = self.targets.get(key)
         target = known or _target(*key)
         method, event_method, head_only, raw_path, path, query = target
+        if self.bucket is not None:  # a request rate is set: this address's turn?
+            wait = self.bucket.take(self.loop.time())
+            if wait:
+                self._count(429, method)
+                self._enqueue((rate_limited(wait), keep_alive, head_only))
+                return
         # a known target passed the target and method checks: only credentials and the
         # body's encoding are left to check, and only when there are any
         if known is None or head.gated:
             refused = gate.admit(self.settings, method, raw_path, path, headers)
             if refused is not None:
+                self._count(refused.status_code, method)
                 self._enqueue((refused, keep_alive, head_only))
                 return
             if known is None and not query:
@@ -359,6 +428,7 @@ class HTTPProtocol(asyncio.Protocol):
             None, None, query
         )  # fmt: skip
         if self.busy:
+            self.queued_bytes += len(body)
             self._enqueue((event, keep_alive, head_only))
         else:  # nothing before it: answered now (what ``_enqueue`` and ``_start`` would do)
             self.busy = True
@@ -375,8 +445,8 @@ class HTTPProtocol(asyncio.Protocol):
     def _enqueue(self, item: tuple[Event | Response | bytes, bool, bool]) -> None:
         if self.busy:
             self.queue.append(item)
-            if len(self.queue) >= _MAX_PIPELINED:
-                self.transport.pause_reading()
+            if len(self.queue) >= _MAX_PIPELINED or self.queued_bytes > self.write_buffer_bytes:
+                self._flow()
             return
         self.busy = True
         self._start(item)
@@ -389,6 +459,7 @@ class HTTPProtocol(asyncio.Protocol):
             keep_alive = keep_alive and not (self.closing and not self.queue)
             self._finish(response_bytes(encode_response(event), keep_alive, head_only), keep_alive)
         else:
+            self.queued_bytes -= len(event.body or b"")
             self.loop.create_task(self._answer(event, keep_alive, head_only))
 
     async def _answer(self, event: Event, keep_alive: bool, head_only: bool) -> None:
@@ -405,6 +476,11 @@ class HTTPProtocol(asyncio.Protocol):
         except Exception:
             logger.exception("request %s %s failed", event.method, event.path)
             response = _SERVER_ERROR
+        # mlserve_http_responses_total, inline (the common answer): _count's work
+        method = "HEAD" if head_only else event.method
+        key = (response.status_code, method if method in HTTP_METHODS else "other")
+        counts = self.responses
+        counts[key] = counts.get(key, 0) + 1
         keep_alive = keep_alive and not (self.closing and not self.queue)
         self._finish(response_bytes(response, keep_alive, head_only), keep_alive)
 
@@ -420,6 +496,11 @@ class HTTPProtocol(asyncio.Protocol):
             return encode_response(self.server.error_response(exc))
         return await gate.answer(self.server, event, headers)
 
+    def _count(self, status: int, method: str) -> None:
+        """One answer in ``mlserve_http_responses_total`` (``method`` "": none was read)."""
+        key = (status, method_label(method) if method else method)
+        self.responses[key] = self.responses.get(key, 0) + 1
+
     def _finish(self, data: bytes, keep_alive: bool) -> None:
         if self.lost:
             return
@@ -429,15 +510,19 @@ class HTTPProtocol(asyncio.Protocol):
             return
         self.idle_since = self.loop.time()
         if self.queue:
-            if len(self.queue) == _MAX_PIPELINED:
-                self.transport.resume_reading()
+            if self.unread_since is not None:  # the client reads no more: resume_writing
+                self.waiting = True  # starts the next
+                return
             self._start(self.queue.popleft())
+            if not self.reading:
+                self._flow()
             return
         self.busy = False
         if self.closing:
             self.transport.close()
         elif self.continue_pending:
             self.continue_pending = False
+            self.body_since = self.loop.time()  # the body it waited for may come now
             self.transport.write(_CONTINUE)
 
 
@@ -449,42 +534,71 @@ class HTTPServer:
         self.settings = settings or FaceSettings()
         self.connections: set[HTTPProtocol] = set()
         self.targets: dict[tuple[bytes, bytes], _Target] = {}  # admitted request targets
+        self.responses = http_counts()  # answers by (status, method), for /metrics
+        settings = self.settings
+        self.clients = Clients(settings.max_connections_per_client, settings.max_client_rate)
+        self.draining = False
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
-    async def start(self, sock: socket.socket) -> None:
+    async def start(self, sock: socket.socket, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on ``sock``; with ``tls``, every connection is TLS (docs/security.md#tls),
+        and a handshake not done within ``header_timeout`` is dropped."""
         self.loop = asyncio.get_running_loop()
         self._server = await self.loop.create_server(
-            lambda: HTTPProtocol(self), sock=sock, backlog=2048
+            lambda: HTTPProtocol(self),
+            sock=sock,
+            backlog=2048,
+            ssl=tls,
+            ssl_handshake_timeout=self.settings.header_timeout if tls else None,
         )
         self._sweeper = self.loop.call_later(self._sweep_every, self._sweep)
 
     @property
     def _sweep_every(self) -> float:
         settings = self.settings
-        return min(1.0, settings.keep_alive_timeout / 2, settings.header_timeout / 2)
+        timeouts = (settings.keep_alive_timeout, settings.header_timeout, settings.body_timeout)
+        return min(1.0, settings.write_timeout / 2, *(timeout / 2 for timeout in timeouts))
 
     def _sweep(self) -> None:
-        """Close keep-alive connections idle too long, and heads that take too long
-        (slowloris: a head dripped byte by byte is closed after ``header_timeout``)."""
+        """Close keep-alive connections idle too long; answer 408 to heads and bodies
+        that take too long (slowloris: one dripped byte by byte is closed after
+        ``header_timeout`` or ``body_timeout``); cut a connection whose answers stay
+        unread ``write_timeout``, or, while draining, a sweep without its client reading."""
         now = self.loop.time()
-        idle_limit = now - self.settings.keep_alive_timeout
-        head_limit = now - self.settings.header_timeout
+        settings = self.settings
+        idle_limit = now - settings.keep_alive_timeout
+        head_limit = now - settings.header_timeout
+        body_limit = now - settings.body_timeout
+        write_limit = now - settings.write_timeout
         for conn in list(self.connections):
-            if conn.head_since is not None and conn.head_since < head_limit and not conn.closing:
-                conn.closing = True
-                conn.head_since = None
+            if conn.unread_since is None and conn.transport.is_closing():
+                conn.unread_since = now  # closed, its last answer not yet read
+                conn.unread = sys.maxsize
+            if conn.unread_since is not None:
+                left = conn.transport.get_write_buffer_size()
+                if conn.unread_since < write_limit or (self.draining and left >= conn.unread):
+                    conn.transport.abort()  # what it left unread is dropped
+                else:
+                    conn.unread = left
+            elif conn.head_since is not None and conn.head_since < head_limit and not conn.closing:
+                conn._close_with(closing_bytes(_HEAD_TIMEOUT))
                 del conn.parser  # no more parsing: data_received sees closing
-                conn._enqueue((closing_bytes(_HEAD_TIMEOUT), False, False))
+            elif conn.body_since is not None and conn.body_since < body_limit and not conn.closing:
+                conn.body = []  # what came of it is not kept
+                conn._close_with(closing_bytes(_BODY_TIMEOUT))
+                del conn.parser
             elif not conn.busy and conn.head_since is None and conn.idle_since < idle_limit:
                 conn.transport.close()
+        self.clients.prune(now)
         self._sweeper = self.loop.call_later(self._sweep_every, self._sweep)
 
     async def shutdown(self) -> None:
         """Stop accepting, let the requests in flight finish, close every connection."""
         if self._server is not None:
             self._server.close()
+        self.draining = True  # the sweep cuts a connection whose client stopped reading
         for conn in list(self.connections):
             conn.drain()
         while self.connections:

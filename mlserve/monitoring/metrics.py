@@ -4,14 +4,25 @@
 Models count their calls in :mod:`mlserve.core.recorder` (plain counters,
 one lock per call); ``ModelCalls`` turns them into the per-model families (calls, errors,
 latency, load time)
-when the registry is collected.
+when the registry is collected. The faces count their answers in
+:mod:`mlserve.monitoring.responses`, which ``FaceResponses`` reads. prometheus_client's
+standard collectors add ``process_*`` (this process: one worker of ``--workers N``) and
+``python_*``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -22,15 +33,18 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from mlserve.core.recorder import LATENCY_BUCKETS, recorders
+from mlserve.monitoring.responses import GrpcKey, HttpKey, grpc_totals, http_totals
 
 __all__ = [
     "BATCH_SIZE",
+    "FaceResponses",
     "ModelCalls",
     "QUEUE_DEPTH",
     "REGISTRY",
     "STREAM_DROPPED",
     "STREAM_FAILED",
     "STREAM_SENT",
+    "WORKER_RESTARTS",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -95,6 +109,44 @@ class ModelCalls(Collector):
 
 REGISTRY.register(ModelCalls())
 
+
+class FaceResponses(Collector):
+    """``mlserve_http_responses_total{method,code}`` and
+    ``mlserve_grpc_responses_total{service,method,code}``: every answer of the network
+    faces, their own refusals included, read from the faces' counts."""
+
+    def describe(self) -> list[Metric]:
+        return list(self._families({}, {}))
+
+    def collect(self) -> Iterator[Metric]:
+        return self._families(http_totals(), grpc_totals())
+
+    @staticmethod
+    def _families(http: dict[HttpKey, int], grpc: dict[GrpcKey, int]) -> Iterator[Metric]:
+        http_family = CounterMetricFamily(
+            "mlserve_http_responses",
+            "HTTP responses by request method and status code.",
+            labels=("method", "code"),
+        )
+        for (status, method), count in sorted(http.items()):
+            http_family.add_metric((method, str(status)), count)
+        grpc_family = CounterMetricFamily(
+            "mlserve_grpc_responses",
+            "gRPC calls by service, method and final status code.",
+            labels=("service", "method", "code"),
+        )
+        for labels, count in sorted(grpc.items()):
+            grpc_family.add_metric(labels, count)
+        yield from (http_family, grpc_family)
+
+
+REGISTRY.register(FaceResponses())
+# The standard families prometheus_client's default registry has: process_* (this
+# process's CPU, memory, descriptors, start time; Linux), python_info, python_gc_*.
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
 BATCH_SIZE = Histogram(
     "mlserve_batch_size",
     "Requests per adaptive batch.",
@@ -124,5 +176,12 @@ STREAM_DROPPED = Counter(
     "mlserve_stream_dropped",
     "Logged calls dropped: past the buffer bound, or not delivered at shutdown.",
     ("stream",),
+    registry=REGISTRY,
+)
+# With --workers N: the supervisor's count, which it tells every worker, so a scrape
+# that reaches any worker reads the same (docs/deployment.md#when-a-worker-dies).
+WORKER_RESTARTS = Counter(
+    "mlserve_worker_restarts",
+    "Workers of --workers N the supervisor restarted after they died.",
     registry=REGISTRY,
 )

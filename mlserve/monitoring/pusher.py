@@ -70,7 +70,7 @@ from typing import Any, cast
 
 from mlserve.monitoring import records as rec
 from mlserve.monitoring.streams import JsonStreamTarget, StreamTarget
-from mlserve.protocol.tensors import dumps
+from mlserve.protocol.tensors import dumps_strict
 
 __all__ = ["StreamPusher"]
 
@@ -233,7 +233,7 @@ class StreamPusher:
         if self._lines:  # the inbox holds lines only (see _push_line)
             try:
                 fields = self._fields.get(id(model)) or self._new_fields(model)
-                line = dumps(rec.error_record(fields, call))
+                line = dumps_strict(rec.error_record(fields, call))
                 self._enqueue((line, fields.key) if self._keyed else line)
             except Exception:  # never fails a request
                 logger.exception("model-log stream: cannot build a record; skipped")
@@ -422,7 +422,7 @@ class StreamPusher:
 
     def _add_pending(self, record: dict[str, Any], fields: rec.ModelFields, calls: int) -> None:
         if self._encoded:
-            self._add_encoded(dumps(record), fields, calls)
+            self._add_encoded(dumps_strict(record), fields, calls)
             return
         self._pending.append(record)
         self._sizes.append(calls)

@@ -4,7 +4,9 @@ the pusher.
 Records carry ``request.inputs`` and ``resp.outputs`` as plain JSON lists
 whatever the request form, so a consumer reads rows and tensor requests alike:
 one tensor becomes its nested list (rows), several tensors a list of nested
-lists in order. Any numpy left elsewhere is written by ``dumps``.
+lists in order. Any numpy left elsewhere is written by ``dumps_strict``, and so is
+NaN or an infinity: null, whatever the answers' rule, for the programs that parse the
+stream (docs/monitoring.md#records).
 
 The pusher builds one record per logged call (for file and Kafka targets on the
 request thread), so the per-record work is kept small: ``success_line`` writes the
@@ -27,7 +29,7 @@ import numpy as np
 
 from mlserve.core.clock import when, when_ns
 from mlserve.protocol.forms import is_tensor_inputs
-from mlserve.protocol.tensors import decode_tensor, dumps
+from mlserve.protocol.tensors import decode_tensor, dumps_strict
 
 __all__ = [
     "BATCH_HEADERS",
@@ -143,7 +145,7 @@ class ModelFields:
         self.fields = self._fields()  # computed once per model; never changed
         self.key = str(self.fields["model"]).encode()  # the Kafka key
         # The fields' JSON without its closing brace: the head of every encoded record.
-        self.head = dumps(self.fields)[:-1] + b","
+        self.head = dumps_strict(self.fields)[:-1] + b","
 
     def base(self) -> dict[str, Any]:
         """A fresh copy of the fields."""
@@ -190,7 +192,7 @@ def success_line(
     microsec: int,
     metrics: dict[str, Any] | None = None,
 ) -> bytes:
-    """``dumps(success_record(fields, Call(model, start, request, ...)))``, byte for byte:
+    """``dumps_strict(success_record(fields, Call(model, start, ...)))``, byte for byte:
     the fields come first in a record, so their JSON (encoded once) heads the JSON of the
     rest. The request thread pays for this line: the call's parts come as arguments (no
     ``Call``), and rows in and out (the common case) are recognised inline, in few steps."""
@@ -212,7 +214,7 @@ def success_line(
     }
     if metrics:
         rest["metrics"] = metrics
-    return fields.head + dumps(rest)[1:]
+    return fields.head + dumps_strict(rest)[1:]
 
 
 def batch_row(call: Call) -> list[Any]:

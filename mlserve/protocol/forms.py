@@ -205,14 +205,22 @@ def check_declared_inputs(
 
 
 def check_declared_rows(rows: list[Any], declared: list[dict[str, Any]]) -> None:
-    """Rows of numbers (``{"inputs": [[...], ...]}``) against a model's single declared
-    input: rows of its rank must fit its shape. Rows of another rank are the model's
-    to read (a flat list of one instance, a framework's own batching)."""
-    if len(declared) != 1 or declared[0].get("shape") is None:
+    """Rows (``{"inputs": [[...], ...]}``) against a model's single declared input: text
+    where numbers are declared is refused as the tensor form refuses it (a JSON number
+    fits any numeric datatype); rows of its rank must fit its shape. Rows of another
+    rank are the model's to read (a flat list of one instance, a framework's own batching)."""
+    if len(declared) != 1:
         return
     try:
         array = np.asarray(rows)
     except ValueError:  # ragged rows: the model's own code decides
+        return
+    datatype = declared[0].get("datatype")
+    if datatype and datatype != "BYTES" and array.dtype.kind in "US":  # rows of dicts: the model's
+        raise InvalidInput(
+            f"input '{declared[0]['name']}' has datatype {datatype_of(array)}, expected {datatype}"
+        )
+    if declared[0].get("shape") is None:
         return
     shape = list(declared[0]["shape"])
     same_rank = array.dtype.kind in "biuf" and array.ndim == len(shape)

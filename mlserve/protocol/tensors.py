@@ -25,8 +25,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import re
-import secrets
 import struct
 import sys
 from collections.abc import Callable, Iterable
@@ -36,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from mlserve.protocol import nonfinite
 from mlserve.protocol.errors import InvalidInput
 
 __all__ = [
@@ -48,6 +47,8 @@ __all__ = [
     "plain_output",
     "plain_tensor",
     "dumps",
+    "dumps_lossless",
+    "dumps_strict",
     "encode_raw",
     "encode_tensor",
     "join_binary_body",
@@ -536,18 +537,10 @@ def _json_data(array: Array, datatype: str, name: str) -> list[Any]:
         raise InvalidInput(_where(name, "BF16 can only be sent in binary form"))
     if datatype == "BYTES":
         return [_text(value, name) for value in array.ravel()]
-    if array.size <= _SMALL:  # in Python: numpy's isfinite and all cost more than the values
-        data = array.ravel().tolist()
-        finite = array.dtype.kind != "f" or all(map(math.isfinite, data))
-    else:
-        finite = array.dtype.kind != "f" or bool(np.isfinite(array).all())
-        if finite and array.size >= NUMPY_OUTPUT_SIZE and array.dtype.isnative:
-            # orjson writes a numpy array itself: no Python object per element.
-            return np.ascontiguousarray(array.ravel())  # type: ignore[return-value]
-        data = array.ravel().tolist()
-    if not finite:
-        return [_NON_FINITE.get(repr(value), value) for value in data]
-    return data
+    if array.size >= NUMPY_OUTPUT_SIZE and array.dtype.isnative:
+        # orjson writes a numpy array itself: no Python object per element.
+        return np.ascontiguousarray(array.ravel())  # type: ignore[return-value]
+    return array.ravel().tolist()  # NaN and infinities too: dumps writes them by the rule
 
 
 # Native numeric dtype -> datatype, for plain_output; empty on a big-endian host, where
@@ -560,7 +553,7 @@ _NATIVE: dict[np.dtype[Any], str] = (
 
 
 def plain_output(name: str, array: Array, binary: bool | None) -> dict[str, Any] | None:
-    """The common output (a native numeric ndarray: its bytes, or up to _SMALL finite
+    """The common output (a native numeric ndarray: its bytes, or up to _SMALL
     values) without the general casts and checks; None for encode_tensor's general path,
     which builds the same object for what this accepts."""
     datatype = _NATIVE.get(array.dtype)
@@ -577,10 +570,12 @@ def plain_output(name: str, array: Array, binary: bool | None) -> dict[str, Any]
         }
     if array.size > _SMALL:
         return None
-    data = array.ravel().tolist()
-    if not math.isfinite(sum(data)):  # a NaN or an infinity (or a sum past float64's range)
-        return None
-    return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}
+    return {
+        "name": name,
+        "datatype": datatype,
+        "shape": list(array.shape),
+        "data": array.ravel().tolist(),
+    }
 
 
 # The keys of an output as plain_output writes it in binary form, in its order.
@@ -722,33 +717,8 @@ def join_binary_body(body: dict[str, Any]) -> tuple[bytes, int]:
 # --- JSON ------------------------------------------------------------------------------------
 
 
-class _NonFinite:
-    """A NaN or infinity in output data, written bare as Triton does (rapidjson's
-    kWriteNanAndInfFlag: ``NaN``, ``Infinity``, ``-Infinity``); orjson would write null."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-_NON_FINITE = {
-    "nan": _NonFinite("NaN"),
-    "inf": _NonFinite("Infinity"),
-    "-inf": _NonFinite("-Infinity"),
-}
-# _default writes a _NonFinite as this marked string and dumps unquotes it to the bare
-# token; the random part keeps a client's own strings from ever matching.
-_MARK = f"\x00{secrets.token_hex(8)}:"
-_MARK_JSON = b'"\\u0000' + _MARK[1:].encode()
-_BACKSLASH = ord("\\")
-_MARKED = re.compile(re.escape(_MARK_JSON) + rb'(NaN|Infinity|-Infinity)"')
-
-
 def _default(value: object) -> Any:
     """What orjson cannot write natively: numpy leftovers, bytes, sets, dates."""
-    if isinstance(value, _NonFinite):
-        return _MARK + value.text
     if isinstance(value, np.ndarray | np.generic):
         return value.tolist()
     if isinstance(value, complex):
@@ -772,18 +742,74 @@ _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 def dumps(obj: object) -> bytes:
     """JSON bytes of a response; numpy values anywhere in it are written, never a 500.
 
-    Bytes that are not UTF-8 are written as base64 text.
+    Bytes that are not UTF-8 are written as base64 text. NaN and infinities are
+    written by the process's rule (:mod:`mlserve.protocol.nonfinite`).
     """
     try:
         data = orjson.dumps(obj, default=_default, option=_DUMPS_OPTIONS)
     except orjson.JSONEncodeError:
         # orjson refuses some arrays (non-native byte order) without asking `default`.
         data = orjson.dumps(obj, default=_default, option=orjson.OPT_NON_STR_KEYS)
-    # A mark starts with a backslash: an int `in` is a memchr, where a bytes `in` first raises
-    # and clears a TypeError (Python 3.11) and then scans: most JSON has no backslash at all.
-    if _BACKSLASH in data and data.find(_MARK_JSON) != -1:
-        data = _MARKED.sub(rb"\1", data)
-    return data
+    # orjson wrote any NaN or infinity as null: JSON without a null is final. (partition, not
+    # find or `in`: find parses an argument tuple, and on Python 3.11 a bytes `in` raises and
+    # clears a TypeError before it scans.)
+    if len(data) > _SHORT:
+        if not _holds_null(data):
+            return data
+    elif not data.partition(b"null")[1]:
+        return data
+    return data if nonfinite.json_nonfinite() == "null" else _by_the_rule(obj)
+
+
+# JSON longer than this is searched for null by memchr (_holds_null): a substring search
+# costs some 3 instructions a byte of numbers, more than memchr's calls past this length.
+_SHORT = 2048
+_U = ord("u")
+
+
+def _holds_null(data: bytes) -> bool:
+    """Whether long JSON holds a null: memchr to each "u" (numbers have none, V2's keys
+    one: "outputs"), and find's byte-by-byte search only past the fourth."""
+    at = data.find(_U)
+    for _ in range(4):
+        if at == -1:
+            return False
+        if data[at - 1 : at + 3] == b"null":
+            return True
+        at = data.find(_U, at + 1)
+    return at != -1 and data.find(b"null", at - 1) != -1
+
+
+def _by_the_rule(obj: object, form: str = "") -> bytes:
+    """``dumps(obj)`` with NaN and infinities written as the rule (or ``form``) says,
+    not as null."""
+
+    def default(value: object) -> Any:
+        return nonfinite.marked(_default(value), form)
+
+    marked = nonfinite.marked(obj, form)
+    try:
+        data = orjson.dumps(marked, default=default, option=_DUMPS_OPTIONS)
+    except orjson.JSONEncodeError:
+        data = orjson.dumps(marked, default=default, option=orjson.OPT_NON_STR_KEYS)
+    return nonfinite.unmarked(data, form)
+
+
+def dumps_lossless(obj: object) -> bytes:
+    """``dumps`` for mlserve's own hops between graph steps (queues, remote steps): NaN
+    and infinities stay bare tokens whatever the clients' rule, so the next step reads
+    the numbers the last one wrote (``loads`` takes them)."""
+    data = dumps_strict(obj)
+    return data if not data.partition(b"null")[1] else _by_the_rule(obj, "literal")
+
+
+def dumps_strict(obj: object) -> bytes:
+    """``dumps`` for JSON that every parser reads, whatever the process's rule: NaN and
+    infinities are null (the model-log stream, docs/monitoring.md#records)."""
+    try:
+        return orjson.dumps(obj, default=_default, option=_DUMPS_OPTIONS)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(obj, default=_default, option=orjson.OPT_NON_STR_KEYS)
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:

@@ -12,6 +12,7 @@ YAML (``models:`` list)::
         labels: {stable: 1, canary: 2}
         class_args: {threshold: 0.5}
         max_batch_size: 32          # passed to the model class as a parameter
+        done_file: DONE             # a version loads only once it holds this file
 
 TF Serving's ``model_config_list`` (protobuf text of ``ModelServerConfig``)::
 
@@ -36,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from mlserve.repository.layout import detect_class, scan_models
+from mlserve.repository.layout import check_done_file, detect_class, scan_models
 from mlserve.repository.policy import VersionPolicy, parse_labels
 
 __all__ = [
@@ -74,6 +75,7 @@ class ModelConfig:
     version_policy: VersionPolicy = field(default_factory=VersionPolicy)
     labels: dict[str, int] = field(default_factory=dict)
     class_args: dict[str, Any] = field(default_factory=dict)
+    done_file: str | None = None  # docs/repository.md#a-version-loads-when-complete
 
     def class_for(self, version_dir: Path) -> str:
         """The class serving ``version_dir``: configured, by platform, or detected."""
@@ -171,7 +173,19 @@ def _model_config(entry: dict[str, Any], root: Path) -> ModelConfig:
         version_policy=VersionPolicy.parse(entry.get("version_policy")),
         labels=parse_labels(entry.get("labels")),
         class_args=class_args,
+        done_file=_done_file(entry),
     )
+
+
+def _done_file(entry: dict[str, Any]) -> str | None:
+    """``done_file``: a file name inside each version folder (``DONE``, ``.complete``)."""
+    name = entry.get("done_file")
+    if name is None:
+        return None
+    try:
+        return check_done_file(name)
+    except ValueError as exc:
+        raise ValueError(f"model '{entry.get('name')}': {exc}") from None
 
 
 def _platform(entry: dict[str, Any]) -> str:

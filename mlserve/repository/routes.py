@@ -16,7 +16,7 @@ from mlserve.core.aio import run_in_threadpool
 from mlserve.core.events import Event
 from mlserve.protocol.errors import ModelNotReady
 
-__all__ = ["LOADING", "READY", "UNAVAILABLE", "VersionRoute"]
+__all__ = ["LOADING", "READY", "UNAVAILABLE", "LoadFailed", "VersionRoute"]
 
 logger = logging.getLogger("mlserve.repository")
 
@@ -27,6 +27,10 @@ Hook = Callable[["VersionRoute"], None]
 
 def _no_hook(route: VersionRoute) -> None:
     return None
+
+
+class LoadFailed(RuntimeError):
+    """The model's ``load()`` failed; the model logged it, and the message is its reason."""
 
 
 class VersionRoute:
@@ -79,9 +83,12 @@ class VersionRoute:
             self.loading = True
             try:
                 model = self._build()
-            except Exception as exc:
+            except LoadFailed as exc:
+                self.error = str(exc)
+                raise ModelNotReady(f"model {self.key} failed to load: {self.error}") from exc
+            except Exception as exc:  # before the model could load: its class, its config
                 self.error = f"{type(exc).__name__}: {exc}"
-                logger.error("model %s failed to load: %s", self.key, self.error)
+                logger.error("failed to load model %s: %s", self.key, self.error)
                 raise ModelNotReady(f"model {self.key} failed to load: {self.error}") from exc
             finally:
                 self.loading = False

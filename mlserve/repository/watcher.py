@@ -2,8 +2,9 @@
 
 Every ``poll_interval`` seconds a daemon thread runs ``repository.sync()``:
 the config file is read again when it changed, new versions load (in this
-thread, off the event loop) and publish when ready, versions leaving the
-policy retire. A failing poll is logged and the next one tries again.
+thread, off the event loop) once complete (unchanged for the repository's
+quiet period, whatever the poll interval) and publish when ready, versions
+leaving the policy retire. A failing poll is logged and the next one tries again.
 """
 
 from __future__ import annotations

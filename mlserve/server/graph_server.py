@@ -14,7 +14,6 @@ import json
 import logging
 import time
 import traceback
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,9 @@ from mlserve.core.context import GraphContext
 from mlserve.core.deadlines import with_timeout
 from mlserve.core.events import Event, Response, Trigger
 from mlserve.core.handlers import handlers_met, handlers_run_inline
+from mlserve.core.hidden import first_shown, generic_text, random_error_id, text_error_id
 from mlserve.core.limits import RequestTimeout, ServerLimits, request_timeout
+from mlserve.core.loads import loads_in_parallel
 from mlserve.graph.steps import BaseStep, step_from_dict
 from mlserve.protocol.errors import InvalidInput, error_body, status_of
 from mlserve.protocol.forms import parse_json_body
@@ -42,6 +43,8 @@ from mlserve.protocol.tensors import (
 )
 from mlserve.server.extensions import install as install_extensions
 from mlserve.server.inline import graph_runs_inline
+from mlserve.server.methods import method_refusal
+from mlserve.server.quiet import LineBudget, model_in
 from mlserve.server.serving import ModelRepository, ServerHandler
 
 __all__ = [
@@ -124,7 +127,7 @@ class GraphServer:
     ``tracking_policy`` is read as ``tracking`` when that is not given (as
     ``from_dict`` does), and mlserve has no use for the others. They are not kept:
     as attributes they cost each HTTP request about 1% more instructions
-    (docs/performance.md#the-re-layering-issue-26-before-and-after).
+    (docs/performance.md#the-re-layering-before-and-after).
     """
 
     kind = "server"
@@ -267,9 +270,11 @@ class GraphServer:
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
         self._inline = None
-        self.graph.init_object(
-            self.context, namespace or getattr(self, "namespace", {}), self.load_mode
-        )
+        # the models load side by side (docs/serving.md#start-up-loading-the-models)
+        with loads_in_parallel():
+            self.graph.init_object(
+                self.context, namespace or getattr(self, "namespace", {}), self.load_mode
+            )
         install_extensions(self)
         if self.track_models or self.tracking.get("enable_tracking"):
             from mlserve.monitoring import setup
@@ -306,6 +311,7 @@ class GraphServer:
         if self.draining and event.method == "GET" and (event.path or "").endswith("/ready"):
             stopping = {"ready": False, "error": "the server is stopping"}
             return Response(stopping, status_code=503), False
+        path = event.path  # the router rewrites it to the operation: the log names the request's
         try:
             if _is_big_body(event.body):  # parsed before the handlers (TF Serving's)
                 if inline:
@@ -327,7 +333,7 @@ class GraphServer:
                 run = self.graph.run_async(event)  # type: ignore[union-attr]
                 event = await with_timeout(run, timeout)
         except Exception as exc:
-            return self.error_response(exc), False
+            return self.error_response(exc, path), False
         body = event.body
         if isinstance(body, Response):
             return body, True
@@ -383,7 +389,8 @@ class GraphServer:
         trigger: Trigger | str | None = None,
         **kwargs: object,
     ) -> Any:
-        """Send a request through the graph, as the HTTP face would.
+        """Send a request through the graph, as the HTTP face would: a target or a
+        method the faces refuse is refused alike (400, 405 with ``Allow``).
 
         Returns the body (as the HTTP face would send it) when ``get_body``;
         when a step answered with a Response object (a model's ``/ready``), its
@@ -396,12 +403,18 @@ class GraphServer:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
         target, _, query = path.partition("?")
         path = unquote(target) if "%" in target else target  # as an ASGI server hands it over
+        method = (method or "").upper()
         # positional: a call's keyword names cost a lookup each
         event = Event(body, content_type, headers, method, path, event_id, trigger, query=query)
         refused = target_error(target.encode(), event.path)  # as the faces
+        not_allowed = None if refused else method_refusal(event.method, event.path)
         if refused is not None:
             response, from_step = self.error_response(InvalidInput(refused)), False
+        elif not_allowed is not None:
+            response, from_step = not_allowed, False
         else:
+            if event.method == "HEAD":  # answered as GET, as the faces answer it
+                event.method = "GET"
             response, from_step = self._answer_sync(event)
         sent = None
         if from_step and get_body and response.status_code < 300:
@@ -436,29 +449,52 @@ class GraphServer:
             return
         event.body = parse_json_body(body, event.content_type)
 
-    def error_response(self, exc: BaseException) -> Response:
+    def error_response(self, exc: BaseException, path: str = "") -> Response:
+        """The Response of a failed request (``path``: the request's, for the log)."""
         status = status_of(exc)
         body: dict[str, Any] = error_body(exc)
         if status == 404:  # a 404 never lists the served models (mlrun's message does)
             body["error"] = body["error"].partition(", available models:")[0]
-        if status >= 500 and self.hide_errors:
-            error_id = uuid.uuid4().hex[:16]
-            logger.error(
-                "request failed (error id %s): %s\n%s",
-                error_id,
-                body["error"],
-                user_traceback(exc).rstrip(),
-            )
-            return Response({"error": f"internal error, error id {error_id}"}, status_code=status)
-        if status == 504:  # the request's deadline, not a server fault: no traceback
-            logger.warning("request failed: %s", body["error"])
-        elif status >= 500:
-            logger.error("request failed: %s\n%s", body["error"], user_traceback(exc).rstrip())
+        shown = self.log_error(exc, status, body["error"], path)
+        if shown is not None:
+            return Response({"error": shown}, status_code=status)
         if self.verbose:
             body["traceback"] = "".join(traceback.format_exception(exc))
         retry_after = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
         return Response(body, status_code=status, headers=headers)
+
+    def log_error(self, exc: BaseException, status: int, text: str, path: str = "") -> str | None:
+        """Log a failed request (docs/serving.md#errors-in-the-log): a fault (a 5xx
+        other than 501, 503 and 504) with its traceback; a client error or an expected
+        5xx as one line, a few a second. Returns what the client reads in place of
+        ``text`` under ``hide_errors`` (a 5xx; docs/security.md#errors-without-leaks),
+        else None."""
+        hide = self.hide_errors and status >= 500
+        if status >= 500 and status not in EXPECTED_5XX:
+            error_id = random_error_id() if hide else ""
+            said = f" (error id {error_id})" if hide else ""
+            logger.error("request failed%s: %s\n%s", said, text, user_traceback(exc).rstrip())
+            return generic_text(error_id) if hide else None
+        error_id = text_error_id(text) if hide else ""
+        first = bool(error_id) and first_shown(error_id)  # its text is logged once, whole
+        left_out = ERROR_LINES.take((status, model_in(path)), force=first)
+        if left_out is not None:
+            logger.log(
+                logging.INFO if status < 500 else logging.WARNING,
+                "%s answered %d%s%s%s",
+                path or "a request",
+                status,
+                f" (error id {error_id})" if error_id else "",
+                f": {text}" if first or not error_id else "",
+                f" ({left_out} more like it left out)" if left_out else "",
+            )
+        return generic_text(error_id) if hide else None
+
+
+# A 5xx that is no fault of the server or the model's code: one line, no traceback.
+EXPECTED_5XX = frozenset({501, 503, 504})  # not implemented, not ready, past the deadline
+ERROR_LINES = LineBudget()  # the lines of client errors, for the whole process
 
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])

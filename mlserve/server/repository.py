@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from mlserve.core.aio import run_in_threadpool
-from mlserve.protocol.errors import ModelNotFound
+from mlserve.core.hidden import hidden
+from mlserve.protocol.errors import ModelNotFound, ModelNotReady
 from mlserve.server.serving import ModelRepository, Serving
 
 __all__ = ["GraphRepository", "ModelRepository", "find_routers"]
@@ -45,13 +46,17 @@ def _model_of(route: Any) -> Any:
     return next(iter(route.iter_models()), None)
 
 
-def _state(model: object) -> tuple[str, str]:
+def _state(model: object, hide: bool) -> tuple[str, str]:
+    """A model's state and reason; a failed load's text hidden when ``hide``
+    (docs/security.md#errors-without-leaks)."""
     if model is None:
         return UNAVAILABLE, "not a model"
     if getattr(model, "ready", False):
         return READY, ""
     error = getattr(model, "error", "")
-    return (UNAVAILABLE, error) if error else (LOADING, "")
+    if not error:
+        return LOADING, ""
+    return UNAVAILABLE, hidden(error) if hide else error
 
 
 class GraphRepository:
@@ -70,7 +75,7 @@ class GraphRepository:
     def index(self) -> list[dict[str, Any]]:
         entries = []
         for _, key, route in self._routes():
-            state, reason = _state(_model_of(route))
+            state, reason = _state(_model_of(route), self.server.hide_errors)
             entries.append(_entry(key, state, reason))
         entries += [_entry(key, UNAVAILABLE, "unloaded") for key in self._unloaded]
         return sorted(entries, key=lambda e: (e["name"], e["version"]))
@@ -83,19 +88,27 @@ class GraphRepository:
         return loaded + unloaded
 
     async def load(self, name: str) -> None:
-        """Build and load every version of ``name`` afresh, then serve it."""
+        """Build and load every version of ``name`` afresh, then serve it. A version
+        whose ``load()`` fails raises with the reason (docs/repository.md#the-repository-extension):
+        the version that served before serves on, and one that was unloaded is
+        served unready (503 with the reason)."""
+        server = self.server
+        failures = []
         for router, key, route in self._matching(name):
-            model = _model_of(route)
-            if model is not None and hasattr(model, "ready"):
-                model.ready = False  # a user-given instance loads again too
-            server = self.server
-            await run_in_threadpool(
-                route.init_object, server.context, getattr(server, "namespace", {}), "sync"
+            fresh = await run_in_threadpool(
+                route.reloaded, server.context, getattr(server, "namespace", {})
             )
+            model = _model_of(fresh)
+            if model is not None and not getattr(model, "ready", True):
+                failures.append(f"{key}: {getattr(model, 'error', '') or 'not ready'}")
+                if key not in self._unloaded:
+                    continue
             self._unloaded.pop(key, None)
-            router.routes[key] = route
+            router.routes[key] = fresh
             router.object.post_init("sync")
-        _graph_changed(self.server)
+        _graph_changed(server)
+        if failures:
+            raise ModelNotReady(f"failed to load model {name}: {'; '.join(failures)}")
 
     async def unload(self, name: str) -> None:
         """Take every version of ``name`` out of the routers (requests get 404)."""

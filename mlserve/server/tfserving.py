@@ -11,7 +11,9 @@ then its outputs are written back the way TF Serving writes them:
 ``instances`` (row form) answers ``predictions``, ``inputs`` (columnar form)
 answers ``outputs``. ``{"b64": ...}`` values are decoded to bytes, and bytes
 outputs are text when they are UTF-8 (``{"b64": ...}`` otherwise, and always
-for outputs named ``*_bytes``). ``signature_name`` selects a signature.
+for outputs named ``*_bytes``). ``signature_name`` selects a signature. NaN and
+infinities are read as TF Serving reads them (bare tokens) and written by the
+server's rule (docs/protocol.md#nan-and-infinities: bare, as TF Serving, by default).
 
 Versions resolve through the model router (``m:v`` route keys; no version is
 the highest); a label resolves through ``server.repository.resolve_label(
@@ -31,6 +33,7 @@ import numpy as np
 
 from mlserve.core.events import Event, Response
 from mlserve.core.handlers import answers_only, suspends_for
+from mlserve.core.hidden import hidden
 from mlserve.graph.routers import BaseModelRouter, sorted_versions
 from mlserve.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady, NotSupported
 from mlserve.protocol.tensors import DATATYPES, decode_tensor, encode_tensor, loads
@@ -98,7 +101,7 @@ async def tfserving_handler(server: Serving, event: Event) -> Response | None:
         return Response(_metadata(router, _route_key(router, model, version)))
     if tail in ("/gen_json", "/gen_client"):
         return _generated(event, router, _route_key(router, model, version), path, tail)
-    return Response(_status(router, model, version))
+    return Response(_status(router, model, version, server.hide_errors))
 
 
 def _resolve_label(server: Serving, model: str, label: str) -> str:
@@ -121,29 +124,44 @@ def _route_key(router: Any, model: str, version: str | None) -> str:
 # ---- status and metadata -----------------------------------------------------------
 
 
-def _status(router: BaseModelRouter, model: str, version: str | None) -> dict[str, Any]:
+def _status(router: BaseModelRouter, model: str, version: str | None, hide: bool) -> dict[str, Any]:
+    """The served versions' states and, as TF Serving reports them, END for a repository
+    version whose load failed (docs/tensorflow.md#the-v1-rest-api)."""
+    failures = getattr(getattr(router, "repository", None), "load_failures", None)
+    failed = failures(model) if failures is not None else {}
+    statuses = {v: _ended(v, why, hide) for v, why in failed.items()}
     if version is not None:
-        keys = [_route_key(router, model, version)]
-    else:
-        named = [key for key in router.routes if key.partition(":")[0] == model]
-        keys = [key for key in named if ":" in key] or named  # an unversioned alias is no version
-        if not keys:
-            raise ModelNotFound(f"Could not find any versions of model {model}")
-        by_version = {key.partition(":")[2]: key for key in keys}
-        keys = [by_version[v] for v in sorted_versions(list(by_version))]
+        if version not in statuses:
+            key = _route_key(router, model, version)
+            statuses[version] = _version_status(key, router.routes[key].object, hide)
+        return {"model_version_status": [statuses[version]]}
+    named = [key for key in router.routes if key.partition(":")[0] == model]
+    for key in [key for key in named if ":" in key] or named:  # an alias is no version
+        statuses[key.partition(":")[2]] = _version_status(key, router.routes[key].object, hide)
+    if not statuses:
+        raise ModelNotFound(f"Could not find any versions of model {model}")
+    return {"model_version_status": [statuses[v] for v in sorted_versions(list(statuses))]}
+
+
+def _ended(version: str, reason: str, hide: bool) -> dict[str, Any]:
+    message = hidden(reason) if hide else reason
     return {
-        "model_version_status": [_version_status(key, router.routes[key].object) for key in keys]
+        "version": version,
+        "state": "END",
+        "status": {"error_code": "UNKNOWN", "error_message": message},
     }
 
 
-def _version_status(key: str, model: Any) -> dict[str, Any]:
+def _version_status(key: str, model: Any, hide: bool) -> dict[str, Any]:
+    """A version's state; a failed load's text hidden when ``hide``
+    (docs/security.md#errors-without-leaks)."""
     if model is None:  # a repository version not in memory (lazy loading): loads on use
         status = {"error_code": "OK", "error_message": ""}
         return {"version": key.partition(":")[2], "state": "START", "status": status}
     if model.ready:
         state, code, message = "AVAILABLE", "OK", ""
     elif model.error:
-        state, code, message = "END", "UNKNOWN", model.error
+        state, code, message = "END", "UNKNOWN", hidden(model.error) if hide else model.error
     else:
         state, code, message = "LOADING", "OK", ""
     status = {"error_code": code, "error_message": message}
@@ -225,14 +243,13 @@ async def _predict(
     answer = (await graph.run_async(event)).body
     outputs = {o["name"]: (o["name"], decode_tensor(o)) for o in answer["outputs"]}
     if row_form:
-        return _answer({"predictions": _predictions(list(outputs.values()))}, outputs)
+        return {"predictions": _predictions(list(outputs.values()))}
     if len(outputs) == 1:
-        return _answer({"outputs": _json(*next(iter(outputs.values())))}, outputs)
-    columns = {name: _json(name, array) for name, array in outputs.values()}
-    return _answer({"outputs": columns}, outputs)
+        return {"outputs": _json(*next(iter(outputs.values())))}
+    return {"outputs": {name: _json(name, array) for name, array in outputs.values()}}
 
 
-# TF Serving reads and writes these non-finite numbers (rapidjson's NaN/Inf flag).
+# TF Serving reads these non-finite numbers (rapidjson's NaN/Inf flag).
 _NON_FINITE = (b"NaN", b"Infinity")
 
 
@@ -248,18 +265,6 @@ def _loads(data: bytes | bytearray | memoryview | str) -> Any:
         return json.loads(raw)  # the standard library reads the three tokens
     except (ValueError, RecursionError) as exc:
         raise InvalidInput(f"invalid JSON: {exc}") from None
-
-
-def _answer(body: dict[str, Any], outputs: dict[str, tuple[str, np.ndarray]]) -> Any:
-    """The response: ``body`` as is, or JSON text with ``NaN``/``Infinity`` written
-    as TF Serving writes them when an output has a non-finite number."""
-    finite = all(
-        array.dtype.kind not in "fc" or bool(np.isfinite(array).all())
-        for _, array in outputs.values()
-    )
-    if finite:
-        return body
-    return Response(json.dumps(body).encode(), content_type="application/json")
 
 
 def _decode_b64(value: object) -> Any:
@@ -422,28 +427,20 @@ async def _predict_with_extras(
             bytes(event.body), event.content_type, _declared_inputs(model, signature)
         )
     if not event.query or "verbose" not in event.query:
-        return _as_response(await _predict(server, router, event, key))
+        return Response(await _predict(server, router, event, key))
     from mlserve.server.simple_tfs import is_verbose
 
     if not is_verbose(event.query):
-        return _as_response(await _predict(server, router, event, key))
+        return Response(await _predict(server, router, event, key))
     ready = perf_counter()
-    answer = await _predict(server, router, event, key)
+    body = await _predict(server, router, event, key)
     done = perf_counter()
-    # A prepared answer is JSON text with NaN/Infinity (see _answer): add to it as such.
-    body = json.loads(answer.body) if isinstance(answer, Response) else answer
     body["statistics"] = {
         "upload_ms": round((ready - started) * 1000, 3),
         "predict_ms": round((done - ready) * 1000, 3),
         "total_ms": round((done - started) * 1000, 3),
     }
-    if isinstance(answer, Response):
-        return Response(json.dumps(body).encode(), content_type="application/json")
     return Response(body)
-
-
-def _as_response(answer: object) -> Response:
-    return answer if isinstance(answer, Response) else Response(answer)
 
 
 # ---- shared with the gRPC face (mlserve.grpc.tfserving) ----------------------------
@@ -477,6 +474,9 @@ def signature_defs(model: object) -> dict[str, Any]:
     return model.signature_defs() if hasattr(model, "signature_defs") else _signature_defs(model)
 
 
-def model_status(router: BaseModelRouter, model: str, version: str | None) -> dict[str, Any]:
-    """``{"model_version_status": [...]}`` of a model's served versions."""
-    return _status(router, model, version)
+def model_status(
+    router: BaseModelRouter, model: str, version: str | None, hide: bool = False
+) -> dict[str, Any]:
+    """``{"model_version_status": [...]}`` of a model's served versions (``hide``: a
+    failed load's text as a generic message with an error id)."""
+    return _status(router, model, version, hide)

@@ -4,7 +4,6 @@ trigger; the container's command consumes a real topic (tansu) when run locally.
 
 from __future__ import annotations
 
-import gzip
 import json
 import subprocess
 import sys
@@ -16,7 +15,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.function.test_build import KUBERNETES_VERSION, SCHEMAS, objects
+from tests.function.crd_schemas import validate
+from tests.function.test_build import KUBERNETES_VERSION, objects
 from tests.kafka import topics
 from tests.services import ProcessService, free_port, wait_for_port
 
@@ -49,14 +49,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def keda_schema() -> dict:
-    with gzip.open(SCHEMAS / "keda-scaledobject-v1alpha1.json.gz") as f:
-        return json.load(f)
-
-
 def test_keda_scaled_object_passes_its_crd_schema(built: Path) -> None:
     (scaled,) = objects(built / "keda.yaml")
-    jsonschema.validate(scaled, keda_schema())
+    validate(scaled, "keda-scaledobject-v1alpha1")
     assert (scaled["apiVersion"], scaled["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
     spec = scaled["spec"]
     assert spec["scaleTargetRef"] == {
@@ -76,7 +71,7 @@ def test_keda_scaled_object_passes_its_crd_schema(built: Path) -> None:
     }
     trigger["metadata"]["lagThreshold"] = 50  # KEDA's metadata values are strings
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(scaled, keda_schema())
+        validate(scaled, "keda-scaledobject-v1alpha1")
 
 
 def test_the_deployment_runs_the_consumer_mode_without_a_cpu_autoscaler(built: Path) -> None:

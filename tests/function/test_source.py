@@ -1,5 +1,6 @@
 """A function's code from a .py file, a notebook's marked cells, the running
-notebook (JPY_SESSION_NAME, Jupyter's sessions API), or a script's ``__main__``."""
+notebook (JPY_SESSION_NAME, Jupyter's sessions API), or a script's ``__main__``;
+the cells a kernel ran are tests/function/test_notebook.py's."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_code_to_function_without_filename_outside_a_notebook_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
-    with pytest.raises(ValueError, match="no notebook was found.*give filename="):
+    with pytest.raises(ValueError, match="this is no notebook: give filename=.*JPY_SESSION_NAME"):
         mlserve.code_to_function("nowhere", kind="serving")
 
 
@@ -102,6 +103,35 @@ def test_a_scripts_main_classes_travel_with_the_export(tmp_path: Path) -> None:
     (tmp_path / "script.py").unlink()  # the export alone serves
     server = mlserve.import_function(str(tmp_path / "fn.yaml")).to_mock_server()
     assert server.test("/v2/models/half/infer", body={"inputs": [3]})["outputs"] == [1.5]
+
+
+_NO_FILE = """
+import mlserve
+
+class Loose(mlserve.V2ModelServer):
+    pass
+
+fn = mlserve.new_function("loose")
+fn.add_model("m", class_name=Loose)
+fn.deploy()
+"""
+
+
+def test_main_classes_of_no_notebook_or_script_refuse_to_deploy_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """``python -c``: no file, no kernel history; the refusal names the way out."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("JPY_SESSION_NAME", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_FILE], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "ValueError: cannot find the code of Loose (defined in __main__, outside a notebook "
+        "or script): set JPY_SESSION_NAME to the notebook's path, or give the code with "
+        "code_to_function(name, filename=...)"
+    )
 
 
 def _main_class(name: str) -> type:

@@ -178,7 +178,7 @@ def test_bad_kafka_options_end_with_one_line() -> None:
             cwd=ROOT,
             timeout=60,
         )
-        assert done.returncode == 1 and said in done.stderr, done.stderr
+        assert done.returncode == 2 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
 
 

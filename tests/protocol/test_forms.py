@@ -187,7 +187,8 @@ def test_exact_names_refuse_another_name_for_the_one_declared_input() -> None:
         ([[1.0, 2.0, 3.0]], "input 'm' has shape [1, 3], expected [-1, 4]"),
         ([[[1.0, 2.0, 3.0]]], None),  # another rank: the model's own code reads it
         ([[1.0, 2.0], [3.0]], None),  # ragged: the model's own code decides
-        ([["a", "b", "c"]], None),  # not numbers: the model's own code decides
+        ([["a", "b", "c"]], "input 'm' has datatype BYTES, expected FP64"),  # as tensors
+        ([[1, 2, 3, 4]], None),  # a JSON number fits any numeric datatype
     ],
 )
 def test_rows_fit_the_one_declared_input(rows: list, error: str | None) -> None:

@@ -39,6 +39,7 @@ def serve_repo(tmp_path: Path) -> Iterator[Callable[..., GraphServer]]:
     ) -> GraphServer:
         config = write_config(tmp_path / "config.yaml", models or [{"name": "m"}])
         options.setdefault("poll_interval", 0.1)
+        options.setdefault("version_quiet_period", 0.2)  # the tests' writes are atomic
         server = function_from_repository(base, model_config=config, **options).to_mock_server()
         servers.append(server)
         return server

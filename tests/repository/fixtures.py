@@ -3,6 +3,7 @@
 ``{"weights": [w1, ...], "bias": b}``; ``predict`` returns ``x . w + b`` per
 row. A request's ``parameters.delay`` makes it slow (in-flight tests); the
 class records every load and unload so tests can check when they happened.
+Beside it, the helpers that write versions and watch a served repository.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from mlserve import V2ModelServer
+from mlserve.server.graph_server import GraphServer
 
 CLASS_NAME = "tests.repository.fixtures.LinearModel"
+BODY = {"inputs": [[1.0, 2.0]]}
 
 
 class LinearModel(V2ModelServer):
@@ -93,3 +96,47 @@ def wait_until(condition: Any, timeout: float = 15.0, interval: float = 0.02) ->
             return
         time.sleep(interval)
     raise AssertionError(f"condition not met in {timeout}s")
+
+
+def infer(server: GraphServer, path: str = "/v2/models/m/infer", **params: Any) -> dict[str, Any]:
+    body = {**BODY, "parameters": params} if params else BODY
+    return server.test(path, body=body)  # type: ignore[no-any-return]
+
+
+def version_of(server: GraphServer, model: str = "m") -> str:
+    return str(infer(server, f"/v2/models/{model}/infer")["model_version"])
+
+
+def states(server: GraphServer) -> dict[str, tuple[str, str]]:
+    return {
+        f"{e['name']}:{e['version']}": (e["state"], e["reason"]) for e in server.repository.index()
+    }
+
+
+class LoadGenerator:
+    """Threads sending requests to ``m`` through the server; counts what fails."""
+
+    def __init__(self, server: GraphServer, threads: int = 4) -> None:
+        self.server = server
+        self.versions: list[str] = []
+        self.failures: list[Any] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._send, daemon=True) for _ in range(threads)]
+
+    def _send(self) -> None:
+        while not self._stop.is_set():
+            response = self.server.test("/v2/models/m/infer", body=BODY, silent=True)
+            if isinstance(response, dict):
+                self.versions.append(response["model_version"])
+            else:
+                self.failures.append(response.body)
+
+    def __enter__(self) -> LoadGenerator:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()

@@ -12,26 +12,18 @@ from typing import Any
 import pytest
 
 from mlserve.protocol.errors import ModelNotFound, ModelNotReady
-from mlserve.server.graph_server import GraphServer
 from tests.repository.conftest import write_config
-from tests.repository.fixtures import LinearModel, remove_version, wait_until, write_version
-
-BODY = {"inputs": [[1.0, 2.0]]}
-
-
-def infer(server: GraphServer, path: str = "/v2/models/m/infer", **params: Any) -> dict[str, Any]:
-    body = {**BODY, "parameters": params} if params else BODY
-    return server.test(path, body=body)  # type: ignore[no-any-return]
-
-
-def version_of(server: GraphServer, model: str = "m") -> str:
-    return str(infer(server, f"/v2/models/{model}/infer")["model_version"])
-
-
-def states(server: GraphServer) -> dict[str, tuple[str, str]]:
-    return {
-        f"{e['name']}:{e['version']}": (e["state"], e["reason"]) for e in server.repository.index()
-    }
+from tests.repository.fixtures import (
+    BODY,
+    LinearModel,
+    LoadGenerator,
+    infer,
+    remove_version,
+    states,
+    version_of,
+    wait_until,
+    write_version,
+)
 
 
 def test_latest_serves_the_highest_version(repo: Path, serve_repo: Any) -> None:
@@ -125,35 +117,6 @@ def test_extension_loads_a_model_folder_outside_the_config(repo: Path, serve_rep
     with pytest.raises(ModelNotReady, match="set class_name"):  # found, but no class detected
         asyncio.run(server.repository.load("extra"))
     assert states(server)["extra:2"][0] == "UNAVAILABLE"
-
-
-class LoadGenerator:
-    """Threads sending requests to ``m`` through the server; counts what fails."""
-
-    def __init__(self, server: GraphServer, threads: int = 4) -> None:
-        self.server = server
-        self.versions: list[str] = []
-        self.failures: list[Any] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._send, daemon=True) for _ in range(threads)]
-
-    def _send(self) -> None:
-        while not self._stop.is_set():
-            response = self.server.test("/v2/models/m/infer", body=BODY, silent=True)
-            if isinstance(response, dict):
-                self.versions.append(response["model_version"])
-            else:
-                self.failures.append(response.body)
-
-    def __enter__(self) -> LoadGenerator:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
 
 def test_new_version_serves_after_its_load_with_no_failed_request(

@@ -25,7 +25,9 @@ def server() -> GraphServer:
 def test_method_defaults_to_post_with_a_body_and_get_without(server: GraphServer) -> None:
     assert server.test("/v2/models/m/event", body={"a": 1})["method"] == "POST"
     assert server.test("/v2/models/m/event")["method"] == "GET"
-    assert server.test("/v2/models/m/event", method="PUT")["method"] == "PUT"
+    assert server.test("/v2/models/m/event", method="get")["method"] == "GET"
+    refused = server.test("/v2/models/m/event", method="PUT", silent=True)
+    assert (refused.status_code, refused.headers) == (405, {"Allow": "GET, HEAD, POST"})
 
 
 def test_get_without_body_on_a_model_is_its_metadata(server: GraphServer) -> None:
@@ -151,10 +153,8 @@ def test_bad_json_with_a_json_content_type_is_400(
 def test_bad_json_without_a_content_type_keeps_the_raw_body(server: GraphServer) -> None:
     assert server.test("/v2/models/m/echo", body="plain words") == "plain words"
     response = server.test("/v2/models/m/infer", body="plain words", silent=True)
-    assert (response.status_code, response.body) == (
-        400,
-        {"error": "InvalidInput: the request body must be a JSON object, got str"},
-    )
+    assert response.status_code == 400  # inference needs JSON: the parser says what is wrong
+    assert response.body["error"].startswith("InvalidInput: invalid JSON: unexpected character")
 
 
 @pytest.mark.parametrize(

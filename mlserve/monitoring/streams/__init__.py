@@ -4,7 +4,8 @@
 A target is a small class with ``push(records)``, ``flush()`` and ``close()``;
 ``push`` raises when the target cannot take the records, and the pusher
 retries them. A target may also have ``push_json(lines, keys)``: the pusher
-then hands it records already encoded as JSON bytes (one ``orjson`` pass),
+then hands it records already encoded as strict JSON bytes (one ``orjson`` pass:
+NaN and infinities as null, docs/monitoring.md#records),
 with their model names as bytes (keys), instead of dicts; a target that sets
 ``uses_keys = False`` gets an empty list of keys (the pusher keeps none).
 

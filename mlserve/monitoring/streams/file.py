@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mlserve.protocol.tensors import dumps
+from mlserve.protocol.tensors import dumps_strict
 
 __all__ = ["FileStream"]
 
@@ -29,7 +29,7 @@ class FileStream:
         self._file: Any = None
 
     def push(self, records: list[dict[str, Any]]) -> None:
-        self.push_json([dumps(record) for record in records], [])
+        self.push_json([dumps_strict(record) for record in records], [])
 
     def push_json(self, lines: list[bytes], keys: list[bytes]) -> None:
         """Records already encoded (by the pusher): one write() for the whole push."""

@@ -10,7 +10,7 @@ import http.client
 from typing import Any
 from urllib.parse import urlsplit
 
-from mlserve.protocol.tensors import dumps
+from mlserve.protocol.tensors import dumps_strict
 
 __all__ = ["HttpStream"]
 
@@ -37,7 +37,7 @@ class HttpStream:
 
     def push(self, records: list[dict[str, Any]]) -> None:
         for record in records:
-            self._post(dumps(record))
+            self._post(dumps_strict(record))
 
     def _post(self, body: bytes) -> None:
         conn = self._connection()

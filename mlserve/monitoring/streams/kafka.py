@@ -27,7 +27,7 @@ import logging
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from mlserve.protocol.tensors import dumps
+from mlserve.protocol.tensors import dumps_strict
 
 __all__ = ["KafkaStream"]
 
@@ -81,7 +81,7 @@ class KafkaStream:
             self._errors.append(error)
 
     def push(self, records: list[dict[str, Any]]) -> None:
-        self.push_json([dumps(record) for record in records], [_key(r) for r in records])
+        self.push_json([dumps_strict(record) for record in records], [_key(r) for r in records])
 
     def push_json(self, values: list[bytes], keys: list[bytes]) -> None:
         """Records already encoded (by the pusher), keyed by model name."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from mlserve.protocol.tensors import dumps
+from mlserve.protocol.tensors import dumps_strict
 
 __all__ = ["RedisStream"]
 
@@ -36,7 +36,9 @@ class RedisStream:
     def push(self, records: list[dict[str, Any]]) -> None:
         pipe = self._client.pipeline(transaction=False)
         for record in records:
-            pipe.xadd(self.stream, {"record": dumps(record)}, maxlen=self.maxlen, approximate=True)
+            pipe.xadd(
+                self.stream, {"record": dumps_strict(record)}, maxlen=self.maxlen, approximate=True
+            )
         pipe.execute()
 
     def flush(self) -> None:

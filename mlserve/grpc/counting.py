@@ -1,0 +1,126 @@
+"""Every gRPC call's final status, counted by service and method for
+``mlserve_grpc_responses_total`` (docs/monitoring.md#prometheus-metrics).
+
+``CountedHandlers`` holds a server's generic handlers (V2's and TF Serving's) and
+hands grpc each method's handler wrapped once: the wrapper awaits the call and
+counts OK, or the code the call ended with (``context.abort``'s, UNKNOWN for an
+exception, CANCELLED when the client went away). The auth interceptor wraps its
+refusals with ``counted`` too. A method that no service has is answered
+UNIMPLEMENTED by grpc itself, uncounted: its name is the client's choice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+import grpc
+
+from mlserve.grpc.status import ServicerContext
+from mlserve.monitoring.responses import GrpcKey, grpc_counts
+
+__all__ = ["CountedHandlers", "counted"]
+
+_Counts = dict[GrpcKey, int]
+
+
+def _ended(context: ServicerContext, error: BaseException | None) -> str:
+    """The name of the code a call ended with."""
+    code = context.code()
+    if code is not None:
+        return str(code.name)
+    if error is None:
+        return "OK"
+    return "CANCELLED" if isinstance(error, asyncio.CancelledError) else "UNKNOWN"
+
+
+def counted(handler: grpc.RpcMethodHandler, path: str, counts: _Counts) -> grpc.RpcMethodHandler:
+    """``handler`` of the method ``path`` (``/package.Service/Method``), each call's
+    final status counted in ``counts``."""
+    service, _, method = path.lstrip("/").rpartition("/")
+    ok: GrpcKey = (service, method, "OK")
+
+    def count(context: ServicerContext, error: BaseException | None) -> None:
+        code = _ended(context, error)
+        key = ok if code == "OK" else (service, method, code)
+        counts[key] = counts.get(key, 0) + 1
+
+    def unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def call(request: Any, context: ServicerContext) -> Any:
+            try:
+                answer = await behavior(request, context)
+            except BaseException as exc:
+                count(context, exc)
+                raise
+            code = context.code()  # None: OK (count's work, inline for the common call)
+            key = ok if code is None else (service, method, str(code.name))
+            counts[key] = counts.get(key, 0) + 1
+            return answer
+
+        return call
+
+    def streaming(behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+        async def call(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
+            try:
+                answers = behavior(request, context)
+                if hasattr(answers, "__aiter__"):
+                    async for answer in answers:
+                        yield answer
+                else:  # a coroutine that writes with context.write
+                    await answers
+            except BaseException as exc:
+                count(context, exc)
+                raise
+            count(context, None)
+
+        return call
+
+    options = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **options)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **options)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **options)
+    return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **options)
+
+
+class CountedHandlers(grpc.GenericRpcHandler):
+    """A server's generic handlers, asked in order, each method's handler counted.
+    The generated ``add_*Servicer_to_server`` functions may register into it."""
+
+    def __init__(self) -> None:
+        self.handlers: list[grpc.GenericRpcHandler] = []
+        self.counts = grpc_counts()
+        # method -> (the handler found, its counted wrapper): wrapped once per method
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
+        self.handlers.extend(handlers)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        """Newer stubs register their methods here too; the generic handlers suffice."""
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        for generic in self.handlers:
+            found = generic.service(handler_call_details)
+            if found is not None:
+                break
+        else:
+            return None
+        path = handler_call_details.method
+        known = self._wrapped.get(path)
+        if known is not None and known[0] is found:
+            return known[1]
+        # a new method, or a handler made for this call (TF Serving's before its first load)
+        wrapped = counted(found, path, self.counts)
+        self._wrapped[path] = (found, wrapped)
+        return wrapped
