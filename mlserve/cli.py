@@ -404,7 +404,7 @@ def face_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _security_arguments(cmd: argparse.ArgumentParser) -> None:
     """Security and limits of the network faces (docs/security.md; env: MLSERVE_*)."""
-    group = cmd.add_argument_group("security and limits (docs/security.md)")
+    group = cmd.add_argument_group("security and limits (also set by MLSERVE_* variables)")
     add = group.add_argument
     add("--auth-token", action="append", help="bearer token(s), comma-separated or repeated")
     add("--admin-token", action="append", help="token(s) that may also load/unload models")
@@ -490,7 +490,7 @@ def _serve_parser(commands: Commands) -> None:
     cmd.add_argument(
         "--kafka",
         metavar="TOPIC@BROKERS",
-        help="also consume this topic (docs/deployment.md#kafka-consumer-groups)",
+        help="also consume this topic as a member of --group",
     )
     cmd.add_argument("--group", help="the Kafka consumer group (with --kafka)")
     cmd.add_argument("--output-topic", help="where results go, keyed as their input")
@@ -778,7 +778,7 @@ def main(argv: list[str] | None = None) -> None:
     _build_parser(commands)
     _client_parsers(commands)
     endpoints_cmd = commands.add_parser(
-        "endpoints", help="model endpoint records (docs/monitoring.md#endpoint-records)"
+        "endpoints", help="model endpoint records (one per served model)"
     )
     endpoints_list = endpoints_cmd.add_subparsers(dest="action", required=True).add_parser(
         "list", help="print the endpoint records as a table"
