@@ -219,7 +219,7 @@ class Batcher:
             batch = None
         if batch is None:
             batch = _Batch(key, loop.time() + self.max_batch_time)
-            batch.timer = loop.call_at(batch.deadline, self._start_due, loop)
+            batch.timer = loop.call_at(batch.deadline, self._window_ended, loop, batch)
             self._open[key] = batch
             self._waiting.append(batch)
         batch.items.append(pending)
@@ -227,6 +227,12 @@ class Batcher:
         self._queued += 1
         if batch.rows >= self.max_batch_size:
             del self._open[key]
+
+    def _window_ended(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
+        """The batch's timer fired: it is due, even when the loop's clock still reads a
+        little before its deadline (uvloop's timers fire to the millisecond, often early)."""
+        batch.deadline = min(batch.deadline, loop.time())
+        self._start_due(loop)
 
     def _start_due(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start batches that are full or past their window, while slots are free."""

@@ -48,7 +48,7 @@ from mlserve.protocol.forms import (
 )
 from mlserve.protocol.paths import get_path, set_path
 
-__all__ = ["V2ModelServer"]
+__all__ = ["V2ModelServer", "face_metadata"]
 
 logger = logging.getLogger("mlserve.model")
 
@@ -146,6 +146,20 @@ def split_name(name: str | None) -> tuple[str, str]:
         model, version = name.split(":", 1)
         return model, version
     return name or "", ""
+
+
+# The network faces whose model metadata carries the OIP's required keys
+# (docs/protocol.md#model-metadata); the mock server answers as mlrun's does.
+_V2_FACES = frozenset({"http", "grpc"})
+
+
+def face_metadata(metadata: Any, event: Event) -> Any:
+    """``metadata`` as ``event``'s face answers it: a network face's has the OIP's
+    ``platform`` (empty when the class names none); mlrun's mock server's has not."""
+    if event.trigger.kind in _V2_FACES and isinstance(metadata, dict):
+        if "platform" not in metadata:
+            return {**metadata, "platform": ""}
+    return metadata
 
 
 class V2ModelServer:
@@ -305,10 +319,14 @@ class V2ModelServer:
                 raise InvalidInput('Expected key "inputs" in request body')
             if isinstance(request, InferenceRequest):
                 if self.inputs:
-                    check_declared_inputs(request.tensors, self.inputs, exact_names=True)
+                    check_declared_inputs(
+                        request.tensors, self.inputs, exact_names=True, model=self.name
+                    )
             elif not isinstance(request["inputs"], list):
                 raise InvalidInput('Expected "inputs" to be a list')
             elif self.inputs:
+                if not request["inputs"]:  # neither rows nor tensors (docs/protocol.md#errors)
+                    check_declared_inputs({}, self.inputs, model=self.name)
                 check_declared_rows(request["inputs"], self.inputs)
         return request
 
@@ -422,7 +440,7 @@ class V2ModelServer:
         if op in ("infer", "predict", "explain"):
             response: Any = await self._infer(event, body, op, event_id, runner)
         elif event.method == "GET" and op == "":
-            response = self.get_metadata()
+            response = face_metadata(self.get_metadata(), event)
         elif event.method == "GET" and op == "ready":
             event.terminated = True
             status = 200 if self.ready else 503

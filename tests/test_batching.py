@@ -214,3 +214,26 @@ def test_requests_of_zero_rows_get_empty_answers() -> None:
         got = outputs_of(answer)
         assert got["y"].shape == (rows, 2) and got["s"].shape == (rows,)
         np.testing.assert_allclose(got["y"], np.full((rows, 2), 2 * i))
+
+
+def test_a_lone_request_runs_when_its_window_ends_on_uvloop() -> None:
+    """uvloop's timers fire to the millisecond, often before the loop's clock reaches a
+    batch's deadline: a request with no company still runs when its window ends."""
+    uvloop = pytest.importorskip("uvloop")
+    import asyncio
+
+    from mlserve.batching import Batcher
+    from mlserve.protocol.forms import InferenceRequest, decode_request
+
+    batcher = Batcher(lambda request: request.tensors["x"] * 2, max_batch_size=8)
+
+    async def one_at_a_time() -> list[float]:
+        results = []
+        for value in range(50):  # a timer fires early about one time in five
+            request = decode_request({"inputs": [tensor(np.array([[float(value)]]))]})
+            assert isinstance(request, InferenceRequest)
+            result = await asyncio.wait_for(batcher.submit(request), 5)
+            results.append(float(result[0, 0]))
+        return results
+
+    assert uvloop.run(one_at_a_time()) == [2.0 * value for value in range(50)]

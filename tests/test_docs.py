@@ -174,8 +174,14 @@ def test_protocol_md_curl_exchanges(
     example_server: mlserve.GraphServer, command: str, output: str
 ) -> None:
     method, path, body, content_type, status = _request(command)
-    response = example_server.test(
-        path, body=body, method=method, content_type=content_type, silent=True, get_body=False
+    response = example_server.test(  # as curl reaches it: through the HTTP face
+        path,
+        body=body,
+        method=method,
+        content_type=content_type,
+        silent=True,
+        get_body=False,
+        trigger="http",
     )
     assert response.status_code == status
     assert _comparable(response.body) == _comparable(output)

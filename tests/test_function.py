@@ -446,6 +446,7 @@ def test_http_and_mock_server_give_the_same_answers(
         content_type=content_type or None,
         silent=True,
         get_body=False,
+        trigger="http",  # as the face: model metadata with the protocol's platform
     )
     assert status == expected.status_code
     assert http_type == expected.content_type
@@ -464,4 +465,6 @@ def test_http_answers_are_the_documented_ones(served: tuple[int, mlserve.GraphSe
     assert (status, json.loads(body)) == (200, {"ready": True})
     status, _, body = _http(port, "POST", "/v2/models/nope/infer", b'{"inputs": [1]}', "")
     assert status == 404
-    assert json.loads(body)["error"].startswith("ModelNotFound: model nope doesn't exist")
+    assert json.loads(body)["error"].startswith(
+        "ModelNotFound: Request for unknown model: 'nope' is not found"
+    )

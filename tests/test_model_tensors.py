@@ -200,9 +200,13 @@ def test_declared_inputs_accept_a_matching_request(server: mlserve.GraphServer) 
                 _tensor("features", "FP32", [1, 2, 3, 4], [1, 4]),
                 _tensor("mask", "BOOL", [True], [1]),
             ],
-            "input 'features' has shape [1, 4], expected [-1, 3]",
+            "unexpected shape for input 'features' for model 'declared'. "
+            "Expected [-1,3], got [1,4]",
         ),
-        ([_tensor("features", "FP32", [1, 2, 3], [1, 3])], "missing input 'mask'"),
+        (
+            [_tensor("features", "FP32", [1, 2, 3], [1, 3])],
+            "expected 2 inputs but got 1 inputs for model 'declared': missing input 'mask'",
+        ),
         (
             [_tensor("features", "FP32", [1, 2, 3], [1, 3]), _tensor("mask", "INT8", [1], [1])],
             "input 'mask' has datatype INT8, expected BOOL",
@@ -213,7 +217,7 @@ def test_declared_inputs_accept_a_matching_request(server: mlserve.GraphServer) 
                 _tensor("mask", "BOOL", [True], [1]),
                 _tensor("other", "BOOL", [True], [1]),
             ],
-            "unexpected input 'other', the model's inputs are ['features', 'mask']",
+            "expected 2 inputs but got 3 inputs for model 'declared': unexpected input 'other'",
         ),
     ],
 )

@@ -226,7 +226,7 @@ class TFModelServer(V2ModelServer):
             layout = (name, *[(n, a.dtype, a.shape) for n, a in request.tensors.items()])
             accepted = self._accepted_layouts
             if layout not in accepted:
-                check_declared_inputs(request.tensors, self.signature(name).inputs)
+                check_declared_inputs(request.tensors, self.signature(name).inputs, model=self.name)
                 if len(accepted) < _MAX_ACCEPTED_LAYOUTS:
                     accepted.add(layout)
             return request

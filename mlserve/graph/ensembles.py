@@ -30,7 +30,8 @@ import numpy as np
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event, Response
 from mlserve.graph.routers import VERSIONED_PATH, BaseModelRouter, RouteRun, run_sync
-from mlserve.protocol.errors import InvalidInput, ModelNotFound
+from mlserve.model import face_metadata
+from mlserve.protocol.errors import InvalidInput, ModelNotFound, unknown_model
 from mlserve.protocol.forms import build_outputs, decode_request, is_tensor_inputs
 from mlserve.protocol.tensors import decode_tensor
 
@@ -290,7 +291,7 @@ class VotingEnsemble(ParallelRun):
             event.path = op or ""
             return await run(self.routes[target], event)
         if event.method == "GET" and not op:
-            event.body = await self._metadata(event, run)
+            event.body = face_metadata(await self._metadata(event, run), event)
             return event
         if event.method == "GET" and op == "ready":  # ready when every voter is
             ready = self.is_ready()
@@ -320,9 +321,7 @@ class VotingEnsemble(ParallelRun):
         versions = [k for k in self.routes if k.partition(":")[0] == key]
         if versions:
             return sorted(versions)[-1]
-        raise ModelNotFound(
-            f"model {key} doesn't exist, available models: {' | '.join(self.routes)}"
-        )
+        raise unknown_model(key, self.routes)
 
     def get_metadata(self) -> dict[str, Any]:
         """The ensemble as a model: its tensors are those its models declare."""

@@ -20,7 +20,7 @@ from mlserve.core.aio import drive
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event, Response
 from mlserve.core.version import __version__
-from mlserve.protocol.errors import InvalidInput, ModelNotFound
+from mlserve.protocol.errors import InvalidInput, ModelNotFound, unknown_model
 from mlserve.protocol.forms import is_json_type
 from mlserve.protocol.paths import get_path, set_path
 from mlserve.protocol.tensors import loads
@@ -30,7 +30,13 @@ __all__ = ["BaseModelRouter", "ModelRouter", "SERVER_NAME", "server_metadata"]
 SERVER_NAME = "mlserve"
 
 # Extensions of the V2 protocol this server implements (GET /v2 lists them).
-EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_configuration"]
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_repository",
+    "statistics",
+    "model_configuration",
+    "system_shared_memory",
+]
 
 
 def server_metadata() -> dict[str, Any]:
@@ -274,5 +280,4 @@ class ModelRouter(BaseModelRouter):
             versions = [k.partition(":")[2] for k in routes if k.partition(":")[0] == key]
             if versions:
                 return f"{key}:{highest_version(versions)}"
-        models = " | ".join(routes)
-        raise ModelNotFound(f"model {key} doesn't exist, available models: {models}")
+        raise unknown_model(key, routes)

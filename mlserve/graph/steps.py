@@ -347,11 +347,22 @@ class TaskStep(BaseStep):
         if self._object is not None and hasattr(self._object, "get_metadata"):
             yield self._object
 
-    def reloaded(self, context: GraphContext, namespace: dict[str, Any] | None) -> TaskStep:
+    def reloaded(
+        self,
+        context: GraphContext,
+        namespace: dict[str, Any] | None,
+        class_args: dict[str, Any] | None = None,
+    ) -> TaskStep:
         """A copy of this step with its object built and loaded afresh, for a repository
         load: this step serves on until the copy replaces it, and keeps serving when the
-        copy's load failed. An object the user gave (not a class) loads again in place."""
+        copy's load failed. An object the user gave (not a class) loads again in place.
+        ``class_args`` (a load's config override) builds the copy with those instead; an
+        object the user gave cannot be built so (ValueError)."""
+        if class_args is not None and self._instance is not None:
+            raise ValueError(f"model '{self.name}' was given as an object, not built from a class")
         fresh = copy.copy(self)
+        if class_args is not None:
+            fresh.class_args = dict(class_args)
         if self._instance is not None and hasattr(self._instance, "ready"):
             self._instance.ready = False
         fresh.init_object(context, namespace, "sync")

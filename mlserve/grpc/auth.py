@@ -26,6 +26,13 @@ _RULES = {
     "/inference.GRPCInferenceService/RepositoryModelLoad": "/v2/repository/models/load",
     "/inference.GRPCInferenceService/RepositoryModelUnload": "/v2/repository/models/unload",
     "/tensorflow.serving.ModelService/HandleReloadConfigRequest": "/v2/repository/models/load",
+    **{
+        f"/inference.GRPCInferenceService/{kind.title()}SharedMemory{rpc}": (
+            f"/v2/{kind}sharedmemory"
+        )
+        for kind in ("system", "cuda")
+        for rpc in ("Register", "Status", "Unregister")
+    },
 }
 
 

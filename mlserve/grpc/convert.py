@@ -4,10 +4,12 @@ A request's ``raw_input_contents`` travel as each input's raw bytes (under
 ``RAW``); typed ``contents`` become ``data`` as a numpy array of the field's
 own type (BYTES: a list of bytes), with no Python list in between; the codec
 checks and casts it as it does JSON data. Outputs are always asked of the model
-in binary form, then go back as ``raw_output_contents`` when the request was raw
-(or a datatype has no typed field), else as typed ``contents``: FP32 and FP64
-bytes are already the packed wire form of their field and are merged as they
-are; other types go through one ``tolist``.
+in binary form, then go back as ``raw_output_contents`` whatever the request's
+form, as Triton answers and tritonclient reads them; a request whose
+``typed_outputs`` parameter is true gets typed ``contents`` instead (a datatype
+with no typed field stays raw): FP32 and FP64 bytes are already the packed wire
+form of their field and are merged as they are; other types go through one
+``tolist`` (docs/serving.md#grpc).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from google.protobuf import json_format
 
 from mlserve.grpc.generated import grpc_predict_v2_pb2 as pb
 from mlserve.protocol.errors import InvalidInput
+from mlserve.protocol.shm import SHM_REGION
 from mlserve.protocol.tensors import RAW, decode_raw, plain_binary
 
 __all__ = [
     "config_from_core",
+    "in_shared_memory",
     "index_from_core",
     "infer_from_core",
     "infer_response_bytes",
@@ -32,8 +36,11 @@ __all__ = [
     "metadata_from_core",
     "parameters_from_core",
     "parameters_to_core",
+    "raw_outputs",
     "stats_from_core",
 ]
+
+TYPED_OUTPUTS = "typed_outputs"  # the request parameter that asks for typed output contents
 
 # V2 datatype -> the InferTensorContents field that holds it (FP16, BF16: raw only).
 CONTENTS_FIELD = {
@@ -124,6 +131,19 @@ def _input_to_core(tensor: Any, raw: bytes | None = None) -> dict[str, Any]:
     return obj
 
 
+def raw_outputs(request: Any) -> bool:
+    """Whether a ``ModelInferRequest``'s outputs go back as ``raw_output_contents`` (unless
+    its ``typed_outputs`` parameter is true); a ``typed_outputs`` that is not a bool is
+    invalid."""
+    parameters = request.parameters
+    if not parameters or TYPED_OUTPUTS not in parameters:
+        return True
+    value = parameters[TYPED_OUTPUTS]
+    if value.WhichOneof("parameter_choice") != "bool_param":
+        raise InvalidInput(f"the {TYPED_OUTPUTS} parameter must be a bool")
+    return not value.bool_param
+
+
 def infer_to_core(request: Any) -> dict[str, Any]:
     """A ``ModelInferRequest`` as the V2 tensor body the graph serves."""
     tensors = request.inputs
@@ -136,6 +156,7 @@ def infer_to_core(request: Any) -> dict[str, Any]:
         inputs = list(map(_input_to_core, tensors, raws))
     if request.parameters:
         parameters = parameters_to_core(request.parameters)
+        parameters.pop(TYPED_OUTPUTS, None)  # the face's, not the model's
         parameters["binary_data_output"] = True
     else:  # the common request: no parameters of its own
         parameters = {"binary_data_output": True}
@@ -150,10 +171,18 @@ def infer_to_core(request: Any) -> dict[str, Any]:
     return body
 
 
+def in_shared_memory(obj: dict[str, Any]) -> bool:
+    """An output the server wrote into a shared-memory region: no contents of its own
+    (docs/protocol.md#system-shared-memory)."""
+    return RAW not in obj and "data" not in obj and SHM_REGION in (obj.get("parameters") or ())
+
+
 def _output_bytes(obj: dict[str, Any]) -> bytes:
     raw = obj.get(RAW)
     if raw is not None:
         return bytes(raw)
+    if in_shared_memory(obj):
+        return b""
     from mlserve.protocol.tensors import decode_tensor, encode_raw
 
     return encode_raw(decode_tensor(obj), obj["datatype"])
@@ -238,7 +267,7 @@ def infer_from_core(body: dict[str, Any], raw: bool) -> Any:
         if params and (len(params) != 1 or "binary_data_size" not in params):
             params = {k: v for k, v in params.items() if k != "binary_data_size"}
             parameters_from_core(params, tensor.parameters)
-        if not raw:
+        if not raw and not in_shared_memory(obj):
             _typed(tensor, obj, data)
     if raw:
         response.raw_output_contents.extend(contents)
@@ -302,12 +331,16 @@ def metadata_from_core(body: dict[str, Any]) -> Any:
             for s in specs or []
         ]
 
+    properties = body.get("properties")  # a model's own (get_metadata), as strings
+    if not isinstance(properties, dict):
+        properties = {}
     return pb.ModelMetadataResponse(
         name=str(body.get("name", "")),
         versions=[str(v) for v in body.get("versions") or []],
         platform=str(body.get("platform") or ""),
         inputs=tensors(body.get("inputs")),
         outputs=tensors(body.get("outputs")),
+        properties={str(k): str(v) for k, v in properties.items()},
     )
 
 

@@ -126,8 +126,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: ServicerContext) -> bytes:
         """The response serialized already (``serialized`` sends it as it is)."""
         try:
+            raw = not request.parameters or convert.raw_outputs(request)  # no call, usually
             body = await self._infer(request)
-            return convert.infer_response_bytes(body, bool(request.raw_input_contents))
+            return convert.infer_response_bytes(body, raw)
         except MLServeError as exc:
             await abort(context, self._failure(exc))
 
@@ -150,8 +151,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         answers with its ``error_message`` and the stream goes on."""
         async for request in requests:
             try:
+                raw = convert.raw_outputs(request)
                 body = await self._infer(request)
-                response = convert.infer_from_core(body, raw=bool(request.raw_input_contents))
+                response = convert.infer_from_core(body, raw=raw)
                 yield pb.ModelStreamInferResponse(infer_response=response)
             except MLServeError as exc:
                 message = body_message(self._failure(exc).body)
@@ -186,7 +188,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: ServicerContext
     ) -> pb.RepositoryModelLoadResponse:
-        await self._control(context, request.model_name, "load")
+        parameters = {key: _parameter(value) for key, value in request.parameters.items()}
+        body = {"parameters": parameters} if parameters else {}
+        await self._control(context, request.model_name, "load", body)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(
@@ -195,7 +199,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await self._control(context, request.model_name, "unload")
         return pb.RepositoryModelUnloadResponse()
 
-    async def _control(self, context: ServicerContext, name: str, action: str) -> None:
+    async def _control(
+        self, context: ServicerContext, name: str, action: str, body: dict[str, Any] | None = None
+    ) -> None:
         """Load or unload ``name`` through the repository route, when model control is on."""
         try:
             if not self.server.model_control:
@@ -205,7 +211,69 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             check_model_name(name)
         except MLServeError as exc:
             await abort(context, self.server.error_response(exc))
-        await self._call(context, f"/v2/repository/models/{name}/{action}", {})
+        await self._call(context, f"/v2/repository/models/{name}/{action}", body or {})
+
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: ServicerContext
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        answer = pb.SystemSharedMemoryStatusResponse()
+        for region in (await self._shm_call(context, request.name, "status")).body:
+            answer.regions[region["name"]].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return answer
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: ServicerContext
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        body = {"key": request.key, "offset": request.offset, "byte_size": request.byte_size}
+        await self._shm_call(context, request.name, "register", body)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: ServicerContext
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        await self._shm_call(context, request.name, "unregister", {})
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: ServicerContext
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        await self._shm_call(context, request.name, "status", kind="cuda")  # lists none
+        return pb.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: ServicerContext
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        await self._shm_call(context, request.name, "register", {}, kind="cuda")  # a 501
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: ServicerContext
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        await self._shm_call(context, request.name, "unregister", {}, kind="cuda")
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    async def _shm_call(
+        self,
+        context: ServicerContext,
+        name: str,
+        action: str,
+        body: dict[str, Any] | None = None,
+        kind: str = "system",
+    ) -> Response:
+        """The shared-memory REST route of ``action`` (docs/protocol.md#system-shared-memory)."""
+        if "/" in name:
+            message = f"illegal shared memory region name {name!r}: it holds a '/'"
+            await abort(context, self.server.error_response(InvalidInput(message)))
+        region = f"/region/{name}" if name else ""
+        return await self._call(context, f"/v2/{kind}sharedmemory{region}/{action}", body)
+
+
+def _parameter(value: pb.ModelRepositoryParameter) -> Any:
+    """A load parameter's value (``config`` is a string_param)."""
+    which = value.WhichOneof("parameter_choice")
+    return getattr(value, which) if which else None
 
 
 def check_model_name(name: str, what: str = "model name") -> None:

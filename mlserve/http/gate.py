@@ -3,6 +3,11 @@ the answer after: a safe request target, credentials, the method, the body's
 Content-Encoding, and the response's compression. Both HTTP faces (the lean
 server and the ASGI app) call the same functions, so they answer alike; the
 target and method checks are the mock server's own (``GraphServer.test``).
+
+Only a successful inference answer is compressed, as Triton does
+(docs/security.md#http-manners): tritonclient's async client turns aiohttp's own
+decompression off and inflates inference answers alone, while aiohttp asks for
+gzip on every request.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from mlserve.server.graph_server import (
 from mlserve.server.methods import method_refusal
 
 __all__ = [
+    "accepted_encoding",
     "admit",
     "check_target",
     "compress",
@@ -109,10 +115,24 @@ def decode_body(body: bytes, content_encoding: str, limit: int) -> bytes:
     return body
 
 
+def accepted_encoding(path: str, headers: Mapping[str, str]) -> str:
+    """The Accept-Encoding the answer to ``path`` follows: an inference's (``.../infer``)
+    only, as Triton's; "" for any other route. Read before the graph runs (a router
+    rewrites the event's path)."""
+    accept = headers.get("accept-encoding")
+    return accept if accept and path.endswith("/infer") else ""
+
+
 def compress(response: Response, accept_encoding: str) -> Response:
-    """The encoded response compressed as the client accepts (gzip, else deflate)."""
+    """The encoded response compressed as the client accepts (gzip, else deflate); an
+    answer other than 200 stays plain (tritonclient reads an error's body as it is)."""
     body = response.body
-    if not accept_encoding or not isinstance(body, bytes) or not body:
+    if (
+        not accept_encoding
+        or response.status_code != 200
+        or not isinstance(body, bytes)
+        or not body
+    ):
         return response
     accepted = {
         e.partition(";")[0].strip() for e in _encodings(accept_encoding) if not _REFUSED.search(e)
@@ -131,30 +151,32 @@ def header_bytes(lines: list[tuple[bytes, bytes]]) -> int:
 
 async def answer(server: GraphServer, event: Event, headers: Mapping[str, str]) -> Response:
     """What both HTTP faces send for ``event``: the server's answer encoded (big tensors
-    off the event loop), compressed when the client accepts an encoding."""
+    off the event loop), compressed when it is an inference's and the client accepts
+    an encoding."""
+    accept = accepted_encoding(event.path, headers)
     response = await server.run_async(event)
-    ready = encoded(response, headers)
-    return ready if ready is not None else await encoded_async(response, headers)
+    ready = encoded(response, accept)
+    return ready if ready is not None else await encoded_async(response, accept)
 
 
-def encoded(response: Response, headers: Mapping[str, str]) -> Response | None:
+def encoded(response: Response, accept_encoding: str) -> Response | None:
     """``encoded_async`` when it would not suspend (no big tensors, no compression
     asked for), in a plain call: the common answer; else None."""
-    if "accept-encoding" in headers or encodes_off_loop(response):
+    if accept_encoding or encodes_off_loop(response):
         return None
     return encode_response(response)
 
 
-async def encoded_async(response: Response, headers: Mapping[str, str]) -> Response:
+async def encoded_async(response: Response, accept_encoding: str) -> Response:
     """The server's answer as a face sends it: encoded (big tensors off the event
-    loop), compressed when the client accepts an encoding."""
+    loop), compressed as ``accept_encoding`` (``accepted_encoding``) asks."""
     if encodes_off_loop(response):
         response = await encode_response_async(response)
     else:
         response = encode_response(response)
-    if "accept-encoding" not in headers:
+    if not accept_encoding:
         return response
-    return await compress_async(response, headers["accept-encoding"])
+    return await compress_async(response, accept_encoding)
 
 
 async def compress_async(response: Response, accept_encoding: str) -> Response:

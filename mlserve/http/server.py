@@ -468,10 +468,11 @@ class HTTPProtocol(asyncio.Protocol):
             if "content-encoding" in headers and event.body:
                 response = await self._decoded_answer(event)
             else:  # gate.answer, without a coroutine of its own for the common answer
+                accept = gate.accepted_encoding(event.path, headers)
                 response = await self.server.run_async(event)
-                ready = gate.encoded(response, headers)
+                ready = gate.encoded(response, accept)
                 response = (
-                    ready if ready is not None else await gate.encoded_async(response, headers)
+                    ready if ready is not None else await gate.encoded_async(response, accept)
                 )
         except Exception:
             logger.exception("request %s %s failed", event.method, event.path)

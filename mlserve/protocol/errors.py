@@ -19,6 +19,7 @@ choose a code themselves. gRPC codes come from the one table below.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from http import HTTPStatus
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "Unauthorized",
     "error_body",
     "status_of",
+    "unknown_model",
 ]
 
 
@@ -117,3 +119,21 @@ def error_body(exc: BaseException) -> dict[str, str]:
     """The JSON error body (docs/protocol.md#errors):
     ``{"error": "<ExceptionClass>: <message>"}``."""
     return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def unknown_model(key: str, served: Iterable[str] = ()) -> ModelNotFound:
+    """The 404 of ``m`` or ``m:v`` that no route serves, in Triton's words
+    (docs/protocol.md#errors); mlrun's list of the ``served`` keys follows, which a 404
+    on the wire leaves out."""
+    served = list(served)
+    name, _, version = key.partition(":")
+    versions = [k.partition(":")[2] for k in served if k.partition(":")[0] == name]
+    if version and not version.isdigit() and versions and all(v.isdigit() for v in versions):
+        text = f"failed to get model version from specified version string '{version}'"
+    elif version:
+        text = f"Request for unknown model: '{name}' version {version} is not found"
+    else:
+        text = f"Request for unknown model: '{name}' is not found"
+    if served:
+        text += f", available models: {' | '.join(served)}"
+    return ModelNotFound(text)

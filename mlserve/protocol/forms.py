@@ -181,13 +181,26 @@ def shape_matches(expected: list[int], got: tuple[int, ...]) -> bool:
 
 
 def check_declared_inputs(
-    tensors: Mapping[str, np.ndarray], declared: list[dict[str, Any]], exact_names: bool = False
+    tensors: Mapping[str, np.ndarray],
+    declared: list[dict[str, Any]],
+    exact_names: bool = False,
+    model: str = "",
 ) -> None:
-    """Check decoded tensors against the model's declared inputs.
+    """Check decoded tensors against the model's declared inputs; the errors begin with
+    Triton's words (docs/protocol.md#errors), naming ``model`` when given.
 
     One declared input takes one tensor of any name unless ``exact_names`` (a
     ``V2ModelServer`` declares its names itself; a Keras signature's are generated)."""
     by_name = {spec["name"]: spec for spec in declared}
+    if len(tensors) != len(declared):
+        named = exact_names or len(declared) > 1
+        missing = named or len(tensors) > 1  # one tensor of any name stands for one input
+        detail = [f"missing input '{n}'" for n in by_name if missing and n not in tensors]
+        detail += [f"unexpected input '{n}'" for n in tensors if named and n not in by_name]
+        raise InvalidInput(
+            f"expected {len(declared)} inputs but got {len(tensors)} inputs{_for(model)}"
+            + (f": {', '.join(detail)}" if detail else "")
+        )
     for name in tensors:
         if name not in by_name and (exact_names or len(declared) > 1):
             raise InvalidInput(
@@ -196,12 +209,13 @@ def check_declared_inputs(
     for spec in declared:
         name = spec["name"]
         array = tensors.get(name)
-        if array is None:
-            if len(declared) == 1 and len(tensors) == 1:
-                array = next(iter(tensors.values()))
-            else:
-                raise InvalidInput(f"missing input '{name}'")
-        _check_one(name, array, spec)
+        if array is None:  # the one declared input, sent under another name
+            array = next(iter(tensors.values()))
+        _check_one(name, array, spec, model)
+
+
+def _for(model: str) -> str:
+    return f" for model '{model}'" if model else ""
 
 
 def check_declared_rows(rows: list[Any], declared: list[dict[str, Any]]) -> None:
@@ -230,13 +244,21 @@ def check_declared_rows(rows: list[Any], declared: list[dict[str, Any]]) -> None
         )
 
 
-def _check_one(name: str, array: np.ndarray, spec: dict[str, Any]) -> None:
+def _check_one(name: str, array: np.ndarray, spec: dict[str, Any], model: str) -> None:
     datatype = spec.get("datatype")
     if datatype and datatype_of(array) != datatype and not _compatible(datatype, array):
         raise InvalidInput(f"input '{name}' has datatype {datatype_of(array)}, expected {datatype}")
     shape = spec.get("shape")
     if shape is not None and not shape_matches(list(shape), array.shape):
-        raise InvalidInput(f"input '{name}' has shape {list(array.shape)}, expected {list(shape)}")
+        raise InvalidInput(
+            f"unexpected shape for input '{name}'{_for(model)}. "
+            f"Expected {_dims(shape)}, got {_dims(array.shape)}"
+        )
+
+
+def _dims(shape: Any) -> str:
+    """A shape as Triton writes it: ``[-1,3]``."""
+    return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 def _compatible(datatype: str, array: np.ndarray) -> bool:

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,7 @@ class ModelRepository:
         self.waiting: dict[Key, str] = {}  # a version on disk not loaded yet: what it waits for
         self.added: dict[str, ModelConfig] = {}  # loaded on request, beyond the config
         self.unloaded: set[str] = set()  # unloaded on request: left alone until loaded again
+        self.overrides: dict[str, dict[str, Any]] = {}  # a load's config, until a load without
         self.synced = False
         self._publish = publish
         self._seen: dict[Key, tuple[Any, float]] = {}  # a fingerprint, since when unchanged
@@ -126,7 +127,9 @@ class ModelRepository:
         """
         with self._lock:
             self.configs = {**self._read_configs(), **self.added}
-            served = [c for name, c in self.configs.items() if name not in self.unloaded]
+            served = [
+                self._overridden(c) for name, c in self.configs.items() if name not in self.unloaded
+            ]
             self._sync_models(served, stable_only)
             for name in {m for m, _ in self.served} - set(self.configs):
                 self._retire([key for key in self.served if key[0] == name])
@@ -353,20 +356,27 @@ class ModelRepository:
         error text (docs/security.md#errors-without-leaks)."""
         return hidden(reason) if getattr(self.context.server, "hide_errors", False) else reason
 
-    async def load(self, name: str) -> None:
+    async def load(self, name: str, overrides: dict[str, Any] | None = None) -> None:
         """Load (or reload) a model's versions now, beyond polling; raises with the reason
-        when a version fails to load or none is on disk."""
-        await run_in_threadpool(self.load_model, name)
+        when a version fails to load or none is on disk. ``overrides``: see ``load_model``."""
+        await run_in_threadpool(self.load_model, name, overrides)
 
     async def unload(self, name: str) -> None:
         """Unload every version of a model (each after its requests in flight)."""
         await run_in_threadpool(self.unload_model, name)
 
-    def load_model(self, name: str) -> None:
+    def load_model(self, name: str, overrides: dict[str, Any] | None = None) -> None:
         """Load a model's versions now; raises when one fails (the versions that served
-        before serve on, as a poll keeps them) or none is on disk."""
+        before serve on, as a poll keeps them) or none is on disk. ``overrides`` (the
+        parameters of a load's config) apply on top of the model's ``class_args`` until a
+        load without them: when they change, every version is loaded afresh and swapped
+        in at once, or, when one fails, none is
+        (docs/repository.md#loading-with-a-config-override)."""
         with self._lock:
             config = self.configs.get(name) or self._found_on_disk(name)
+            if (overrides or {}) != self.overrides.get(name, {}):
+                self._reload(config, overrides or {})
+                return
             self.unloaded.discard(name)
             for key in [k for k in self.failed if k[0] == name]:
                 del self.failed[key]
@@ -381,7 +391,55 @@ class ModelRepository:
                     f"version {v}: {why}" for (m, v), why in self.waiting.items() if m == name
                 ]
                 reason = "; ".join(errors or waiting) or "no version on disk"
-                raise ModelNotReady(f"failed to load model {name}: {reason}{still}")
+                raise ModelNotReady(f"failed to load '{name}', {reason}{still}")
+
+    def _overridden(self, config: ModelConfig) -> ModelConfig:
+        """``config`` with its model's load overrides in its class_args."""
+        overrides = self.overrides.get(config.name)
+        if not overrides:
+            return config
+        return replace(config, class_args={**config.class_args, **overrides})
+
+    def _reload(self, config: ModelConfig, overrides: dict[str, Any]) -> None:
+        """Serve ``config``'s versions built with ``overrides``: all load first, unpublished;
+        then they replace the versions served in one swap. A failure changes nothing."""
+        name = config.name
+        config = replace(config, class_args={**config.class_args, **overrides})
+        on_disk = scan_versions(config.base_path)
+        done_file = config.done_file or self.done_file
+        complete = (v for v, path in on_disk.items() if not incomplete(path, done_file))
+        versions = config.version_policy.select(complete)
+        fresh: dict[Key, VersionRoute] = {}
+        failures = []
+        loads = [partial(self._load_version, config, v, on_disk[v]) for v in versions]
+        try:
+            for index, route in as_loaded(loads):
+                if isinstance(route, VersionRoute):
+                    fresh[(name, versions[index])] = route
+                else:
+                    failures.append(f"version {versions[index]}: {route[1]}")
+        except BaseException:
+            self._discard(fresh)
+            raise
+        if failures or not versions:
+            self._discard(fresh)
+            serving = sorted(v for m, v in self.served if m == name)
+            still = f"; still serving version {', '.join(map(str, serving))}" if serving else ""
+            reason = "; ".join(failures) or "no version on disk"
+            raise ModelNotReady(f"failed to load '{name}', {reason}{still}")
+        self.unloaded.discard(name)
+        self.overrides.pop(name, None)
+        if overrides:
+            self.overrides[name] = overrides
+        for key in [k for k in self.failed if k[0] == name]:
+            del self.failed[key]
+        leaving = {key: self.served.pop(key) for key in [k for k in self.served if k[0] == name]}
+        self.retiring.update(leaving)
+        self.served.update(fresh)
+        self.publish()
+        for route in leaving.values():
+            route.retire()
+        logger.info("serving model %s with its load's config: %s", name, overrides)
 
     def _found_on_disk(self, name: str) -> ModelConfig:
         """A model folder not in the config, loaded on request from then on."""
@@ -421,7 +479,7 @@ class ModelRepository:
                     if (name, version) in self.served:
                         keep.add((name, version))
                     else:
-                        jobs.append((config, version, on_disk[version]))
+                        jobs.append((self._overridden(config), version, on_disk[version]))
             try:
                 for index, route in as_loaded([partial(self._load_version, *j) for j in jobs]):
                     key = (jobs[index][0].name, jobs[index][1])

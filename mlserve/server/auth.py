@@ -16,6 +16,7 @@ __all__ = ["LIVENESS_PATHS", "READINESS_PATHS", "authorize", "matches_any", "nee
 
 LIVENESS_PATHS = frozenset({"/v2/health/live"})
 READINESS_PATHS = frozenset({"/v2/health/ready"})
+_ADMIN_PREFIXES = ("/v2/repository/models/", "/v2/systemsharedmemory", "/v2/cudasharedmemory")
 _CHALLENGE = 'Bearer realm="mlserve", Basic realm="mlserve"'
 
 
@@ -45,8 +46,9 @@ def _credentials(settings: FaceSettings, authorization: str) -> tuple[bool, bool
 
 
 def needs_admin(path: str) -> bool:
-    """Loading and unloading models takes an admin token."""
-    return path.startswith("/v2/repository/models/")
+    """Loading and unloading models, and shared memory (docs/protocol.md#system-shared-memory),
+    take an admin token."""
+    return path.startswith(_ADMIN_PREFIXES)
 
 
 def authorize(settings: FaceSettings, path: str, authorization: str) -> Response | None:
@@ -61,5 +63,10 @@ def authorize(settings: FaceSettings, path: str, authorization: str) -> Response
             {"error": "authentication required"}, 401, headers={"WWW-Authenticate": _CHALLENGE}
         )
     if needs_admin(path) and not admin:
-        return Response({"error": "loading and unloading models needs an admin token"}, 403)
+        what = (
+            "loading and unloading models"
+            if path.startswith("/v2/repository/")
+            else "shared memory"
+        )
+        return Response({"error": f"{what} needs an admin token"}, 403)
     return None

@@ -7,7 +7,8 @@ server and every face agree (docs/serving.md#the-url-surface):
     GET  /v2/models/<m>[/versions/<v>]/stats        statistics of one model
     GET  /v2/models/<m>[/versions/<v>]/config       model configuration (Triton form)
     POST /v2/repository/index                       repository index
-    POST /v2/repository/models/<m>/load|unload      repository load / unload
+    POST /v2/repository/models/<m>/load|unload      repository load / unload (a load may
+                                                    carry Triton's {"parameters": {"config"}})
 
 Any other request costs one method check and one prefix check.
 """
@@ -28,7 +29,7 @@ from mlserve.server.repository import GraphRepository
 from mlserve.server.serving import Serving
 from mlserve.server.stats import find_models, model_stats
 
-__all__ = ["check_model_name", "handle", "install", "model_config"]
+__all__ = ["check_model_name", "handle", "install", "load_overrides", "model_config"]
 
 _MODEL_GET = re.compile(
     r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/(?P<what>stats|config)$"
@@ -170,8 +171,33 @@ async def _repository(server: Serving, event: Event, path: str) -> Response:
     if not server.model_control:
         raise Forbidden(f"model {action} is off: serve with --model-control-mode explicit")
     check_model_name(name)
-    await (repository.load(name) if action == "load" else repository.unload(name))
+    if action == "load":
+        await repository.load(name, load_overrides(name, _json_body(event)))
+    else:
+        await repository.unload(name)
     return Response({"name": name, action: True})
+
+
+def load_overrides(name: str, body: object) -> dict[str, Any] | None:
+    """The parameters a load's ``{"parameters": {"config": "<JSON>"}}`` sets (None: no
+    config); any other load parameter (Triton's ``file:`` overrides) is refused
+    (docs/repository.md#loading-with-a-config-override)."""
+    parameters = body.get("parameters") if isinstance(body, dict) else None
+    if not parameters:
+        return None
+    if not isinstance(parameters, dict):
+        raise InvalidInput(f"failed to load '{name}': 'parameters' is an object")
+    for key in parameters:
+        if key != "config":
+            raise InvalidInput(
+                f"failed to load '{name}': load parameter '{key}' has no counterpart in "
+                "mlserve (a load takes 'config'; model files come from the repository)"
+            )
+    if "config" not in parameters:
+        return None
+    from mlserve.repository.overrides import parse_overrides  # the repository's, on a load only
+
+    return parse_overrides(name, parameters["config"])
 
 
 def check_model_name(name: str) -> None:

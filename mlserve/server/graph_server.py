@@ -30,9 +30,10 @@ from mlserve.core.hidden import first_shown, generic_text, random_error_id, text
 from mlserve.core.limits import RequestTimeout, ServerLimits, request_timeout
 from mlserve.core.loads import loads_in_parallel
 from mlserve.graph.steps import BaseStep, step_from_dict
-from mlserve.protocol.errors import InvalidInput, error_body, status_of
+from mlserve.protocol.errors import InvalidInput, ModelNotFound, error_body, status_of
 from mlserve.protocol.forms import parse_json_body
 from mlserve.protocol.names import target_error
+from mlserve.protocol.shm import SharedMemoryRegions
 from mlserve.protocol.tensors import (
     BINARY_HEADER,
     RAW,
@@ -45,7 +46,10 @@ from mlserve.server.extensions import install as install_extensions
 from mlserve.server.inline import graph_runs_inline
 from mlserve.server.methods import method_refusal
 from mlserve.server.quiet import LineBudget, model_in
+from mlserve.server.readiness import unserved_readiness
 from mlserve.server.serving import ModelRepository, ServerHandler
+from mlserve.server.shared_memory import handle as shared_memory_handler
+from mlserve.server.shared_memory import place_outputs, take_inputs
 
 __all__ = [
     "GraphServer",
@@ -178,6 +182,8 @@ class GraphServer:
         self.hide_errors = bool(hide_errors)
         # server.repository: set at init_object (mlserve.server.extensions)
         self.repository: ModelRepository | None = None
+        # Triton's system shared-memory regions, server-wide (docs/protocol.md#system-shared-memory)
+        self.shared_memory = SharedMemoryRegions()
         self.context = GraphContext(
             self.parameters,
             verbose=verbose,
@@ -283,6 +289,9 @@ class GraphServer:
         from mlserve.server.tfserving import tfserving_handler  # TF Serving's /v1 REST API
 
         self.add_handler(tfserving_handler)
+        if shared_memory_handler not in self.handlers:
+            self.add_handler(shared_memory_handler)
+            self.on_shutdown(self.shared_memory.close)
 
     def iter_models(self) -> Any:
         return self.graph.iter_models() if self.graph is not None else iter(())
@@ -323,6 +332,8 @@ class GraphServer:
                 if answer is not None:
                     return answer, False
             self._parse_body(event)
+            regions = self.shared_memory  # no region registered: one attribute read
+            in_regions = take_inputs(regions, event.body) if regions.registered else None
             timeout = request_timeout(self.limits, event)
             if inline:
                 started = time.monotonic()
@@ -333,10 +344,19 @@ class GraphServer:
                 run = self.graph.run_async(event)  # type: ignore[union-attr]
                 event = await with_timeout(run, timeout)
         except Exception as exc:
+            if isinstance(exc, ModelNotFound) and event.method == "GET":
+                unserved = unserved_readiness(self.repository, path or "")
+                if unserved is not None:  # known, not served: ready false, as Triton
+                    return unserved, False
             return self.error_response(exc, path), False
         body = event.body
         if isinstance(body, Response):
             return body, True
+        if in_regions:
+            try:
+                body = place_outputs(self.shared_memory, body, in_regions)
+            except Exception as exc:
+                return self.error_response(exc, path), False
         return Response(body, 200, _content_type_of(body)), False
 
     def graph_changed(self) -> None:

@@ -6,7 +6,8 @@
 versioned repository plugs in by implementing the same three::
 
     index() -> list[{"name", "version", "state", "reason"}]
-    async load(name)      (re)load every version of ``name``; unknown name: ModelNotFound
+    async load(name, overrides=None)  (re)load every version of ``name``, with a load's
+                          config overrides as parameters; unknown name: ModelNotFound
     async unload(name)    take every version of ``name`` out of service
 
 As in KServe, an unloaded model is gone from the routers: requests for it
@@ -21,7 +22,7 @@ from typing import Any
 
 from mlserve.core.aio import run_in_threadpool
 from mlserve.core.hidden import hidden
-from mlserve.protocol.errors import ModelNotFound, ModelNotReady
+from mlserve.protocol.errors import InvalidInput, ModelNotFound, ModelNotReady
 from mlserve.server.serving import ModelRepository, Serving
 
 __all__ = ["GraphRepository", "ModelRepository", "find_routers"]
@@ -66,6 +67,8 @@ class GraphRepository:
         self.server = server
         # route key -> (router step, route step) of the unloaded routes
         self._unloaded: dict[str, tuple[Any, Any]] = {}
+        # route key -> its own class_args, while a load's config overrides them
+        self._configured: dict[str, dict[str, Any]] = {}
 
     def _routes(self) -> Iterator[tuple[Any, str, Any]]:
         for router in find_routers(self.server.graph):
@@ -87,28 +90,43 @@ class GraphRepository:
             raise ModelNotFound(f"model {name} is not in the repository")
         return loaded + unloaded
 
-    async def load(self, name: str) -> None:
+    async def load(self, name: str, overrides: dict[str, Any] | None = None) -> None:
         """Build and load every version of ``name`` afresh, then serve it. A version
         whose ``load()`` fails raises with the reason (docs/repository.md#the-repository-extension):
         the version that served before serves on, and one that was unloaded is
-        served unready (503 with the reason)."""
+        served unready (503 with the reason). ``overrides`` (parameters of a load's
+        config) apply on top of the model's own arguments until a load without them
+        (docs/repository.md#loading-with-a-config-override)."""
         server = self.server
         failures = []
-        for router, key, route in self._matching(name):
-            fresh = await run_in_threadpool(
-                route.reloaded, server.context, getattr(server, "namespace", {})
-            )
+        matching = self._matching(name)
+        if overrides and any(not hasattr(route, "class_args") for _, _, route in matching):
+            raise InvalidInput(f"failed to load '{name}': it is not a model step to configure")
+        for router, key, route in matching:
+            configured = self._configured.get(key, getattr(route, "class_args", {}))
+            changed = bool(overrides) or key in self._configured
+            args = {**configured, **(overrides or {})} if changed else None
+            try:
+                fresh = await run_in_threadpool(
+                    _reloaded, route, server.context, getattr(server, "namespace", {}), args
+                )
+            except ValueError as exc:
+                raise InvalidInput(f"failed to load '{name}': {exc}") from None
             model = _model_of(fresh)
             if model is not None and not getattr(model, "ready", True):
                 failures.append(f"{key}: {getattr(model, 'error', '') or 'not ready'}")
                 if key not in self._unloaded:
                     continue
             self._unloaded.pop(key, None)
+            if overrides:
+                self._configured.setdefault(key, configured)
+            else:
+                self._configured.pop(key, None)
             router.routes[key] = fresh
             router.object.post_init("sync")
         _graph_changed(server)
         if failures:
-            raise ModelNotReady(f"failed to load model {name}: {'; '.join(failures)}")
+            raise ModelNotReady(f"failed to load '{name}', {'; '.join(failures)}")
 
     async def unload(self, name: str) -> None:
         """Take every version of ``name`` out of the routers (requests get 404)."""
@@ -121,6 +139,13 @@ class GraphRepository:
             if model is not None and hasattr(model, "ready"):
                 model.ready = False
         _graph_changed(self.server)
+
+
+def _reloaded(route: Any, context: Any, namespace: Any, args: dict[str, Any] | None) -> Any:
+    """The route built afresh: with ``args`` as its class_args when given."""
+    if args is None:
+        return route.reloaded(context, namespace)
+    return route.reloaded(context, namespace, args)
 
 
 def _graph_changed(server: Serving) -> None:

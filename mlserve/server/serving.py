@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mlserve.core.context import GraphContext
     from mlserve.core.limits import ServerLimits
     from mlserve.graph.steps import BaseStep
+    from mlserve.protocol.shm import SharedMemoryRegions
 
 __all__ = ["ModelRepository", "ServerHandler", "Serving"]
 
@@ -27,7 +28,7 @@ class ModelRepository(Protocol):
 
     def index(self) -> list[dict[str, Any]]: ...
 
-    async def load(self, name: str) -> None: ...
+    async def load(self, name: str, overrides: dict[str, Any] | None = None) -> None: ...
 
     async def unload(self, name: str) -> None: ...
 
@@ -48,6 +49,7 @@ class Serving(Protocol):
     function_uri: str
     project: str
     repository: ModelRepository | None
+    shared_memory: SharedMemoryRegions
     handlers: list[ServerHandler]
 
     def add_handler(self, handler: ServerHandler) -> None: ...

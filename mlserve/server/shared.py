@@ -397,7 +397,12 @@ class SharedRepository:
     def index(self) -> list[dict[str, Any]]:
         return self.inner.index()
 
-    async def load(self, name: str) -> None:
+    async def load(self, name: str, overrides: dict[str, Any] | None = None) -> None:
+        if overrides:  # the relay replays loads by name only
+            raise errors.InvalidInput(
+                f"failed to load '{name}': a config override needs a server of one worker "
+                "(docs/repository.md#loading-with-a-config-override)"
+            )
         await self._link.relay("load", name)
 
     async def unload(self, name: str) -> None:

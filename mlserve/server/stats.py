@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlserve.protocol.errors import ModelNotFound
+from mlserve.protocol.errors import unknown_model
 from mlserve.server.serving import Serving
 
 __all__ = ["find_models", "model_stats"]
@@ -18,7 +18,7 @@ def find_models(server: Serving, name: str | None = None, version: str | None = 
         models = [m for m in models if m.name == name and (version is None or m.version == version)]
         if not models:
             label = f"{name}:{version}" if version else name
-            raise ModelNotFound(f"model {label} doesn't exist")
+            raise unknown_model(label)
     return models
 
 

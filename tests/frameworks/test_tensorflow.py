@@ -59,7 +59,7 @@ def test_wrong_shape_is_400(server) -> None:
     body = {"inputs": [{"name": "inputs", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}]}
     response = server.test("/v2/models/mlp/infer", body, silent=True)
     assert response.status_code == 400
-    assert "shape [1, 3], expected [-1, 4]" in response.body["error"]
+    assert "for model 'mlp'. Expected [-1,4], got [1,3]" in response.body["error"]
 
 
 def test_module_metadata_and_outputs(server) -> None:

@@ -227,7 +227,7 @@ def test_stream_form_unknown_model_is_404(server: mlserve.GraphServer) -> None:
     answer = _call(server, "/", body={"model": "nope", "inputs": [1]})
     assert answer.status_code == 404
     # no names (docs/security.md#errors-without-leaks)
-    assert answer.body == {"error": "ModelNotFound: model nope doesn't exist"}
+    assert answer.body == {"error": "ModelNotFound: Request for unknown model: 'nope' is not found"}
 
 
 def test_stream_form_illegal_operation_is_400(server: mlserve.GraphServer) -> None:
@@ -303,31 +303,31 @@ def test_models_learn_their_sibling_versions_in_numeric_order() -> None:
             "/v2/models/nope/infer",
             "POST",
             404,
-            "ModelNotFound: model nope doesn't exist",
+            "ModelNotFound: Request for unknown model: 'nope' is not found",
         ),
         (
             "/v2/models/nope",
             "GET",
             404,
-            "ModelNotFound: model nope doesn't exist",
+            "ModelNotFound: Request for unknown model: 'nope' is not found",
         ),
         (
             "/v2/models/m3/versions/v9/infer",
             "POST",
             404,
-            "ModelNotFound: model m3:v9 doesn't exist",
+            "ModelNotFound: Request for unknown model: 'm3' version v9 is not found",
         ),
         (
             "/v2/models/m1/versions/v1",
             "GET",
             404,
-            "ModelNotFound: model m1:v1 doesn't exist",
+            "ModelNotFound: Request for unknown model: 'm1' version v1 is not found",
         ),
         (
             "/v2/models/nope/ready",
             "GET",
             404,
-            "ModelNotFound: model nope doesn't exist",
+            "ModelNotFound: Request for unknown model: 'nope' is not found",
         ),
         (
             "/nowhere",

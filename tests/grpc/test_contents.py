@@ -1,5 +1,7 @@
 """Typed and raw tensor contents over real gRPC calls: every datatype, shapes, sizes on
-both sides of the small-tensor path, and bad input answered INVALID_ARGUMENT.
+both sides of the small-tensor path, and bad input answered INVALID_ARGUMENT. Outputs
+come back raw whatever the request's form (as Triton's), typed when the request's
+``typed_outputs`` parameter asks.
 
 The echo model of tests/http/fn.py returns each input as an output of the same name
 and datatype, so what comes back is what the server decoded.
@@ -14,6 +16,7 @@ import grpc
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import deserialize_bytes_tensor
 
 from tests.netserver import ServerProcess
 
@@ -39,11 +42,24 @@ def stub(net_server: ServerProcess) -> service_pb2_grpc.GRPCInferenceServiceStub
     return service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(net_server.grpc_address))
 
 
-def _typed_request(datatype: str, shape: list[int], values: list[Any]) -> Any:
+def _typed_request(
+    datatype: str, shape: list[int], values: list[Any], typed_outputs: bool = False
+) -> Any:
     request = service_pb2.ModelInferRequest(model_name="echo")
     tensor = request.inputs.add(name="t", datatype=datatype, shape=shape)
     getattr(tensor.contents, TYPED[datatype][0]).extend(values)
+    if typed_outputs:
+        request.parameters["typed_outputs"].bool_param = True
     return request
+
+
+def _raw_array(response: Any, dtype: Any) -> np.ndarray:
+    """The only output, read from ``raw_output_contents`` as tritonclient reads it."""
+    assert not _only_output(response).contents.ListFields()
+    (raw,) = response.raw_output_contents
+    if dtype is np.object_:
+        return deserialize_bytes_tensor(raw)
+    return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<"))
 
 
 def _only_output(response: Any) -> Any:
@@ -53,11 +69,23 @@ def _only_output(response: Any) -> Any:
 
 @pytest.mark.parametrize("datatype", sorted(TYPED))
 @pytest.mark.parametrize("shape", [[4], [2, 2], [1, 2, 2]])
-def test_typed_in_typed_out(
+def test_typed_in_raw_out(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, datatype: str, shape: list[int]
+) -> None:
+    _, dtype, values = TYPED[datatype]
+    response = stub.ModelInfer(_typed_request(datatype, shape, values))
+    output = _only_output(response)
+    assert (output.name, output.datatype, list(output.shape)) == ("t", datatype, shape)
+    np.testing.assert_array_equal(_raw_array(response, dtype), np.array(values, dtype=dtype))
+
+
+@pytest.mark.parametrize("datatype", sorted(TYPED))
+@pytest.mark.parametrize("shape", [[4], [2, 2], [1, 2, 2]])
+def test_typed_outputs_on_request(
     stub: service_pb2_grpc.GRPCInferenceServiceStub, datatype: str, shape: list[int]
 ) -> None:
     field, dtype, values = TYPED[datatype]
-    response = stub.ModelInfer(_typed_request(datatype, shape, values))
+    response = stub.ModelInfer(_typed_request(datatype, shape, values, typed_outputs=True))
     assert not response.raw_output_contents
     output = _only_output(response)
     assert (output.name, output.datatype, list(output.shape)) == ("t", datatype, shape)
@@ -78,10 +106,17 @@ def test_typed_sizes(
     values = rng.integers(0, 2 if datatype == "BOOL" else 250, count).astype(dtype)
     if dtype in (np.float32, np.float64):
         values = (values / 7).astype(dtype)
-    response = stub.ModelInfer(_typed_request(datatype, [count], values.tolist()))
-    output = _only_output(response)
-    assert list(output.shape) == [count]
-    np.testing.assert_array_equal(np.array(getattr(output.contents, field), dtype=dtype), values)
+    for typed in (False, True):
+        request = _typed_request(datatype, [count], values.tolist(), typed_outputs=typed)
+        response = stub.ModelInfer(request)
+        output = _only_output(response)
+        assert list(output.shape) == [count]
+        got = (
+            np.array(getattr(output.contents, field), dtype)
+            if typed
+            else _raw_array(response, dtype)
+        )
+        np.testing.assert_array_equal(got, values)
 
 
 def test_typed_floats_keep_every_bit(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
@@ -89,6 +124,9 @@ def test_typed_floats_keep_every_bit(stub: service_pb2_grpc.GRPCInferenceService
     for datatype, dtype in (("FP32", np.float32), ("FP64", np.float64)):
         values = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 5e-324, 1.0], dtype=dtype)
         response = stub.ModelInfer(_typed_request(datatype, [7], values.tolist()))
+        assert _raw_array(response, dtype).tobytes() == values.tobytes()
+        request = _typed_request(datatype, [7], values.tolist(), typed_outputs=True)
+        response = stub.ModelInfer(request)
         field = TYPED[datatype][0]
         got = np.array(getattr(_only_output(response).contents, field), dtype=dtype)
         assert got.tobytes() == values.tobytes()
@@ -118,6 +156,18 @@ def test_bad_typed_input_is_invalid_argument(
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert message in info.value.details()
     assert "'t'" in info.value.details()
+
+
+@pytest.mark.parametrize("value", ["string_param", "int64_param"])
+def test_typed_outputs_must_be_a_bool(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, value: str
+) -> None:
+    request = _typed_request("INT32", [1], [1])
+    setattr(request.parameters["typed_outputs"], value, "yes" if value == "string_param" else 1)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "the typed_outputs parameter must be a bool" in info.value.details()
 
 
 def test_raw_only_datatype_sent_typed_is_invalid_argument(

@@ -33,6 +33,7 @@ from mlserve.grpc.generated import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb
 request = pb.ModelInferRequest(model_name="scale")
 tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 2])
 tensor.contents.fp32_contents.extend([1.0, 2.0])
+request.parameters["typed_outputs"].bool_param = True  # typed back (raw unless asked)
 stub = rpc.GRPCInferenceServiceStub(grpc.insecure_channel(sys.argv[1]))
 outputs = {o.name: o for o in stub.ModelInfer(request, timeout=30).outputs}
 config = stub.ModelConfig(pb.ModelConfigRequest(name="scale")).config
@@ -43,6 +44,7 @@ streamed = list(stub.ModelStreamInfer(iter([request, request]), timeout=30))
 assert [r.infer_response.model_name for r in streamed] == ["scale", "scale"]
 # Typed contents past the small-tensor path, both ways (numpy from the field, packed out).
 big = pb.ModelInferRequest(model_name="echo")
+big.parameters["typed_outputs"].bool_param = True
 values = [i / 8 for i in range(1000)]
 for name, datatype, field in (("f", "FP32", "fp32_contents"), ("d", "FP64", "fp64_contents"),
                               ("i", "INT64", "int64_contents")):

@@ -1,6 +1,8 @@
-"""tritonclient.grpc against a real server: raw contents both ways."""
+"""tritonclient.grpc against a real server: raw contents both ways, typed contents in."""
 
 from __future__ import annotations
+
+import asyncio
 
 import grpc
 import numpy as np
@@ -98,16 +100,75 @@ def _stub(net_server: ServerProcess) -> service_pb2_grpc.GRPCInferenceServiceStu
     return service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(net_server.grpc_address))
 
 
-def test_typed_contents_in_typed_contents_out(net_server: ServerProcess) -> None:
-    """A client that sends typed contents (no raw) gets typed contents back."""
+@pytest.mark.parametrize(
+    ("datatype", "field", "array"),
+    [
+        ("INT32", "int_contents", np.array([[1, -2, 2**31 - 1]], dtype=np.int32)),
+        ("INT8", "int_contents", np.array([-128, 0, 127], dtype=np.int8)),
+        ("BYTES", "bytes_contents", np.array([b"a", b"", "é".encode()], dtype=np.object_)),
+    ],
+)
+def test_typed_contents_in_raw_contents_out(
+    net_server: ServerProcess, datatype: str, field: str, array: np.ndarray
+) -> None:
+    """Triton's grpc_explicit_*_content_client examples: typed contents in, the answer
+    read from raw_output_contents (as Triton answers whatever the request's form)."""
+    request = service_pb2.ModelInferRequest(model_name="echo")
+    tensor = request.inputs.add(name="t", datatype=datatype, shape=list(array.shape))
+    getattr(tensor.contents, field).extend(array.reshape(-1).tolist())
+    response = _stub(net_server).ModelInfer(request)
+    assert len(response.raw_output_contents) == 1
+    assert not response.outputs[0].contents.ListFields()
+    np.testing.assert_array_equal(grpcclient.InferResult(response).as_numpy("t"), array)
+
+
+def test_stream_answers_typed_contents_raw(net_server: ServerProcess) -> None:
+    request = service_pb2.ModelInferRequest(model_name="echo")
+    request.inputs.add(name="t", datatype="INT32", shape=[2]).contents.int_contents.extend([7, -7])
+    (answer,) = _stub(net_server).ModelStreamInfer(iter([request]), timeout=30)
+    result = grpcclient.InferResult(answer.infer_response)
+    np.testing.assert_array_equal(result.as_numpy("t"), np.array([7, -7], dtype=np.int32))
+
+
+def test_async_client_reads_every_answer(net_server: ServerProcess) -> None:
+    import tritonclient.grpc.aio as aioclient
+
+    async def calls() -> None:
+        client = aioclient.InferenceServerClient(net_server.grpc_address)
+        try:
+            x = np.array([[1, 2]], dtype=np.float32)
+            tensor = aioclient.InferInput("x", [1, 2], "FP32")
+            tensor.set_data_from_numpy(x)
+            result = await client.infer("scale", [tensor])
+            np.testing.assert_array_equal(result.as_numpy("scaled"), x * 3)
+            stats = await client.get_inference_statistics("scale", as_json=True)
+            assert stats["model_stats"][0]["name"] == "scale"
+            model = await client.get_model_metadata("scale", as_json=True)
+            assert [o["name"] for o in model["outputs"]] == ["scaled", "total"]
+            config = await client.get_model_config("scale", as_json=True)
+            assert config["config"]["input"][0]["name"] == "x"
+            index = await client.get_model_repository_index(as_json=True)
+            assert any(e["name"] == "scale" for e in index["models"])
+        finally:
+            await client.close()
+
+    asyncio.run(calls())
+
+
+def test_typed_outputs_on_request(net_server: ServerProcess) -> None:
+    """The ``typed_outputs`` request parameter asks for typed contents back."""
     request = service_pb2.ModelInferRequest(model_name="scale")
     tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 2])
     tensor.contents.fp32_contents.extend([1.0, 2.0])
+    request.parameters["typed_outputs"].bool_param = True
     response = _stub(net_server).ModelInfer(request)
     assert not response.raw_output_contents
     by_name = {o.name: o for o in response.outputs}
     assert list(by_name["scaled"].contents.fp32_contents) == [3.0, 6.0]
     assert list(by_name["total"].shape) == [1]
+    request.parameters["typed_outputs"].bool_param = False
+    response = _stub(net_server).ModelInfer(request)
+    assert len(response.raw_output_contents) == 2
 
 
 def test_raw_contents_count_must_match_inputs(net_server: ServerProcess) -> None:

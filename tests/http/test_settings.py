@@ -70,32 +70,45 @@ def test_compression_follows_accept_encoding() -> None:
     zipped = gate.compress(response, "deflate, gzip")
     assert zipped.headers["Content-Encoding"] == "gzip"
     assert gzip.decompress(zipped.body) == response.body
+    error = Response(b"x" * 100, 400, "application/json")
+    assert gate.compress(error, "gzip") is error  # tritonclient reads an error as it is
+
+
+def test_only_inference_answers_follow_accept_encoding() -> None:
+    """As Triton: aiohttp asks for gzip on every request, and tritonclient's async
+    client inflates inference answers alone."""
+    asked = {"accept-encoding": "gzip, deflate"}
+    assert gate.accepted_encoding("/v2/models/m/infer", asked) == "gzip, deflate"
+    assert gate.accepted_encoding("/v2/models/m/versions/2/infer", asked) == "gzip, deflate"
+    assert gate.accepted_encoding("/v2/models/m/infer", {}) == ""
+    for path in ("/v2", "/v2/models/stats", "/v2/models/m", "/v2/models/m/config",
+                 "/v2/repository/index", "/v2/models/m/generate", "/v2/models/m/explain",
+                 "/metrics"):  # fmt: skip
+        assert gate.accepted_encoding(path, asked) == "", path
 
 
 @pytest.mark.parametrize(
-    ("body", "headers"),
+    ("body", "accept"),
     [
-        ({"outputs": [{"name": "y", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]}]}, {}),
-        ("text", {}),
-        (b"raw", {}),
+        ({"outputs": [{"name": "y", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]}]}, ""),
+        ("text", ""),
+        (b"raw", ""),
         (
             {"outputs": [{"name": "y", "datatype": "FP32", "shape": [5000], "data": [0.5] * 5000}]},
-            {},
+            "",
         ),
         (
             {"outputs": [{"name": "y", "datatype": "FP32", "shape": [1], "data": [1.0]}]},
-            {"accept-encoding": "gzip"},
+            "gzip",
         ),
     ],
 )
-def test_encoded_is_encoded_async_when_it_need_not_suspend(
-    body: object, headers: dict[str, str]
-) -> None:
+def test_encoded_is_encoded_async_when_it_need_not_suspend(body: object, accept: str) -> None:
     """The face's plain call answers what ``encoded_async`` would, or leaves it to it."""
-    ready = gate.encoded(Response(body, 201, "application/json"), headers)
-    full = asyncio.run(gate.encoded_async(Response(body, 201, "application/json"), headers))
+    ready = gate.encoded(Response(body, 201, "application/json"), accept)
+    full = asyncio.run(gate.encoded_async(Response(body, 201, "application/json"), accept))
     big = isinstance(body, dict) and len(body["outputs"][0]["data"]) > 4096
-    if big or headers:  # big tensors go off the loop; compression may too
+    if big or accept:  # big tensors go off the loop; compression may too
         assert ready is None
     else:
         assert ready is not None

@@ -134,7 +134,7 @@ def test_strings_with_b64_and_signature_name(server) -> None:
 @pytest.mark.parametrize(
     ("model", "body", "message"),
     [
-        ("mlp", {"instances": [[1, 2, 3]]}, "expected [-1, 4]"),
+        ("mlp", {"instances": [[1, 2, 3]]}, "Expected [-1,4], got [1,3]"),
         ("mlp", {"rows": X}, '"instances" (row form) or "inputs"'),
         (
             "strings",

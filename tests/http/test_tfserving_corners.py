@@ -119,8 +119,14 @@ def test_scalar_instances_is_one_instance(server: mlserve.GraphServer) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"instances": [[1.0, 2.0, 3.0]]}, "input 'x' has shape [1, 3], expected [-1, 2]"),
-        ({"inputs": [1.0, 2.0]}, "input 'x' has shape [2], expected [-1, 2]"),
+        (
+            {"instances": [[1.0, 2.0, 3.0]]},
+            "unexpected shape for input 'x' for model 'corners'. Expected [-1,2], got [1,3]",
+        ),
+        (
+            {"inputs": [1.0, 2.0]},
+            "unexpected shape for input 'x' for model 'corners'. Expected [-1,2], got [2]",
+        ),
         (
             {"signature_name": "matmul", "instances": [[1.0, 2.0, 3.0]]},
             "Matrix size-incompatible: In[0]: [1,3], In[1]: [2,3]",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+import tritonclient.http.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
 from tests.netserver import ServerProcess
@@ -112,3 +115,40 @@ def test_statistics_and_repository(client: httpclient.InferenceServerClient) -> 
     assert client.get_model_config("scale")["input"] == [
         {"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 2]}
     ]
+
+
+def test_async_client_reads_every_answer(net_server: ServerProcess) -> None:
+    """tritonclient's asyncio client: aiohttp asks for gzip on every request, and the
+    client inflates inference answers alone, so only those may come compressed."""
+
+    async def calls() -> None:
+        client = aioclient.InferenceServerClient(net_server.address)
+        try:
+            x = np.array([[1, 2], [3, 4]], dtype=np.float32)
+            for algorithm in ("gzip", "deflate", None):
+                for binary in (False, True):
+                    tensor = aioclient.InferInput("x", list(x.shape), "FP32")
+                    tensor.set_data_from_numpy(x, binary_data=binary)
+                    result = await client.infer(
+                        "scale", [tensor], response_compression_algorithm=algorithm
+                    )
+                    np.testing.assert_array_equal(result.as_numpy("scaled"), x * 3)
+            stats = (await client.get_inference_statistics("scale"))["model_stats"]
+            assert stats[0]["name"] == "scale" and stats[0]["inference_count"] >= 6
+            model = await client.get_model_metadata("scale")
+            assert [o["name"] for o in model["outputs"]] == ["scaled", "total"]
+            config = await client.get_model_config("scale")
+            assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 2]}]
+            index = await client.get_model_repository_index()
+            assert ("version", "1", "READY") in {
+                (e["name"], e["version"], e["state"]) for e in index
+            }
+            assert (await client.get_server_metadata())["name"] == "mlserve"
+            with pytest.raises(InferenceServerException) as info:  # an error reads too
+                await client.infer("nope", [tensor], response_compression_algorithm="gzip")
+            assert info.value.status() == "404"
+            assert "nope" in info.value.message()
+        finally:
+            await client.close()
+
+    asyncio.run(calls())

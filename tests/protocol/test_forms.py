@@ -138,22 +138,25 @@ def test_declared_inputs_accept_matching_tensors() -> None:
         ),
         (
             _tensors(features=np.zeros((2, 4), np.float32), mask=np.ones(2, bool)),
-            "input 'features' has shape [2, 4], expected [-1, 3]",
+            "unexpected shape for input 'features'. Expected [-1,3], got [2,4]",
         ),
         (
             _tensors(features=np.zeros(3, np.float32), mask=np.ones(2, bool)),
-            "input 'features' has shape [3], expected [-1, 3]",
+            "unexpected shape for input 'features'. Expected [-1,3], got [3]",
         ),
-        (_tensors(features=np.zeros((2, 3), np.float32)), "missing input 'mask'"),
+        (
+            _tensors(features=np.zeros((2, 3), np.float32)),
+            "expected 2 inputs but got 1 inputs: missing input 'mask'",
+        ),
         (
             _tensors(
                 features=np.zeros((2, 3), np.float32), mask=np.ones(2, bool), extra=np.ones(1)
             ),
-            "unexpected input 'extra', the model's inputs are ['features', 'mask']",
+            "expected 2 inputs but got 3 inputs: unexpected input 'extra'",
         ),
         (
             _tensors(features=np.zeros((2, 3), np.float32), mask=np.ones((2, 1), bool)),
-            "input 'mask' has shape [2, 1], expected [-1]",
+            "unexpected shape for input 'mask'. Expected [-1], got [2,1]",
         ),
     ],
 )

@@ -73,7 +73,7 @@ def test_a_load_on_request_that_fails_raises_and_the_version_before_serves_on(
     with pytest.raises(ModelNotReady) as error:
         asyncio.run(server.repository.load("m"))
     message = str(error.value)
-    assert message.startswith("failed to load model m: version 3: JSONDecodeError: ")
+    assert message.startswith("failed to load 'm', version 3: JSONDecodeError: ")
     assert message.endswith("; still serving version 2")
     assert server.test("/v2/models/m/infer", body=BODY)["model_version"] == "2"
     assert server.test("/v2/models/m/versions/3/infer", body=BODY, silent=True).status_code == 503

@@ -111,18 +111,18 @@ def test_loads_through_the_control_apis_report_a_failing_load(
     with pytest.raises(InferenceServerException) as error:
         rest.load_model("b")
     assert error.value.status() == "503"
-    assert "failed to load model b: version 1: JSONDecodeError" in str(error.value)
+    assert "failed to load 'b', version 1: JSONDecodeError" in str(error.value)
     with pytest.raises(InferenceServerException) as error:
         remote.load_model("b")
     assert error.value.status() == "StatusCode.UNAVAILABLE"
-    assert "failed to load model b: version 1: JSONDecodeError" in error.value.message()
+    assert "failed to load 'b', version 1: JSONDecodeError" in error.value.message()
     # a new version that fails: the load says so, and the version before serves on
     (base / "m" / "2").mkdir()
     (base / "m" / "2" / "model.json").write_text("{broken")
     for load in (rest.load_model, remote.load_model):
         with pytest.raises(InferenceServerException) as error:
             load("m")
-        assert "failed to load model m: version 2: JSONDecodeError" in str(error.value)
+        assert "failed to load 'm', version 2: JSONDecodeError" in str(error.value)
         assert "still serving version 1" in str(error.value)
     answer = httpx.post(f"{server.url}/v2/models/m/infer", json=BODY).json()
     assert (answer["model_version"], answer["outputs"]) == ("1", [4.0])
@@ -192,9 +192,7 @@ def test_a_tensorflow_model_without_tensorflow_says_what_to_install(tmp_path: Pa
         (base / "t" / "1" / "saved_model.pb").write_bytes(b"")
         answer = httpx.post(f"{server.url}/v2/repository/models/t/load", json={})
         assert answer.status_code == 503
-        assert answer.json() == {
-            "error": f"ModelNotReady: failed to load model t: version 1: {reason}"
-        }
+        assert answer.json() == {"error": f"ModelNotReady: failed to load 't', version 1: {reason}"}
         answer = httpx.post(f"{server.url}/v2/models/t/infer", json=BODY)
         assert answer.status_code == 503
         assert answer.json() == {

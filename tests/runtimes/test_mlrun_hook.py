@@ -103,7 +103,11 @@ def test_mock_events_are_accepted_as_they_are(context: Any) -> None:
     ("path", "body", "text"),
     [
         ("/v2/models/bad/infer", {"inputs": [1]}, "ValueError: simulated error"),  # 500 in V2
-        ("/v2/models/nope/infer", {"inputs": [1]}, "ModelNotFound: model nope"),  # 404 in V2
+        (
+            "/v2/models/nope/infer",
+            {"inputs": [1]},
+            "ModelNotFound: Request for unknown model: 'nope'",
+        ),  # 404
         ("/v2/models/m1/xx", {"inputs": [1]}, "IllegalOperation: illegal model operation"),
         ("/v2/models/broken/infer", {"inputs": [1]}, "ModelNotReady: model broken"),  # 503
     ],

@@ -167,7 +167,7 @@ def test_http_events(
             b'{"inputs": [1]}',
             "application/json",
             404,
-            "ModelNotFound: model nope doesn't exist",
+            "ModelNotFound: Request for unknown model: 'nope' is not found",
         ),
         (
             "/v2/models/scaler/infer",

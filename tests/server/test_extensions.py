@@ -74,7 +74,8 @@ async def test_repository_unload_then_load(http: httpx.AsyncClient) -> None:
         "unload": True,
     }
     assert (await http.post("/v2/models/v/infer", json={"inputs": [1]})).status_code == 404
-    assert (await http.get("/v2/models/v/versions/1/ready")).status_code == 404
+    unready = await http.get("/v2/models/v/versions/1/ready")  # known: ready false, as Triton
+    assert (unready.status_code, unready.json()) == (503, {"name": "v", "ready": False})
     index = (await http.post("/v2/repository/index", json={})).json()
     assert {(e["name"], e["state"], e["reason"]) for e in index if e["name"] == "v"} == {
         ("v", "UNAVAILABLE", "unloaded")

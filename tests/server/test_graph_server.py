@@ -41,7 +41,7 @@ def test_error_raises_a_runtime_error_with_status_and_body(server: GraphServer) 
     error = info.value
     assert isinstance(error, ServingRequestError)
     assert error.status_code == 404
-    assert error.body == {"error": "ModelNotFound: model nope doesn't exist"}
+    assert error.body == {"error": "ModelNotFound: Request for unknown model: 'nope' is not found"}
     assert "404" in str(error)
 
 

@@ -88,9 +88,7 @@ def test_a_failing_load_answers_an_error_and_the_loaded_model_serves_on(
     with pytest.raises(InferenceServerException) as error:
         rest.load_model("flaky")
     assert error.value.status() == "503"
-    assert "failed to load model flaky: flaky: RuntimeError: weights are corrupt" in str(
-        error.value
-    )
+    assert "failed to load 'flaky', flaky: RuntimeError: weights are corrupt" in str(error.value)
     with pytest.raises(InferenceServerException) as error:
         grpc.load_model("flaky")
     assert error.value.status() == "StatusCode.UNAVAILABLE"

@@ -74,6 +74,36 @@ class GRPCInferenceServiceStub(object):
                 request_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.RepositoryModelUnloadRequest.SerializeToString,
                 response_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.RepositoryModelUnloadResponse.FromString,
                 )
+        self.SystemSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
+                request_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusResponse.FromString,
+                )
+        self.SystemSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
+                request_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterResponse.FromString,
+                )
+        self.SystemSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
+                request_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+                )
+        self.CudaSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+                request_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusResponse.FromString,
+                )
+        self.CudaSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+                request_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterResponse.FromString,
+                )
+        self.CudaSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+                request_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterResponse.FromString,
+                )
 
 
 class GRPCInferenceServiceServicer(object):
@@ -163,6 +193,46 @@ class GRPCInferenceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SystemSharedMemoryStatus(self, request, context):
+        """The registered system shared-memory regions, or one (Triton's extension).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryRegister(self, request, context):
+        """Register a system shared-memory region (needs explicit model control).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryUnregister(self, request, context):
+        """Unregister one region, or every region when no name is given.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryStatus(self, request, context):
+        """CUDA shared memory: mlserve registers none (status lists none, unregister is a no-op).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryRegister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryUnregister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -225,6 +295,36 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.RepositoryModelUnload,
                     request_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.RepositoryModelUnloadRequest.FromString,
                     response_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.RepositoryModelUnloadResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryStatus,
+                    request_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusRequest.FromString,
+                    response_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryRegister,
+                    request_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterRequest.FromString,
+                    response_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryUnregister,
+                    request_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryStatus,
+                    request_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusRequest.FromString,
+                    response_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryRegister,
+                    request_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterRequest.FromString,
+                    response_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryUnregister,
+                    request_deserializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -437,5 +537,107 @@ class GRPCInferenceService(object):
         return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/RepositoryModelUnload',
             mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.RepositoryModelUnloadRequest.SerializeToString,
             mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.RepositoryModelUnloadResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SystemSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SystemSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SystemSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CudaSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CudaSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CudaSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+            mlserve_dot_grpc_dot_generated_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
