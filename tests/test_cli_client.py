@@ -78,7 +78,7 @@ def test_a_refusal_of_the_server_is_one_line_and_status_1(server: ServerProcess)
     _failed(
         _mlserve("infer", server.url, "nope", "--data", "[1]", "--token", TOKEN),
         1,
-        "404 Not Found: ModelNotFound: Request for unknown model: 'nope' is not found",
+        "404 Not Found: Request for unknown model: 'nope' is not found (ModelNotFound)",
     )
     _failed(_mlserve("models", server.url), 1, "401")  # no token
 

@@ -466,5 +466,5 @@ def test_http_answers_are_the_documented_ones(served: tuple[int, mlserve.GraphSe
     status, _, body = _http(port, "POST", "/v2/models/nope/infer", b'{"inputs": [1]}', "")
     assert status == 404
     assert json.loads(body)["error"].startswith(
-        "ModelNotFound: Request for unknown model: 'nope' is not found"
+        "Request for unknown model: 'nope' is not found (ModelNotFound)"
     )

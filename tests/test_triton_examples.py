@@ -44,15 +44,6 @@ SHARED_MEMORY = [
     "simple_http_shm_string_client",
     "simple_grpc_shm_string_client",
 ]
-# Programs that fail until another part of issue 33 lands: name -> what mlserve does.
-UNKNOWN_MODEL_WORDING = (
-    "an unknown model's error message starts with the class name "
-    "('ModelNotFound: Request for unknown model...'), not 'Request for unknown model'"
-)
-XFAIL = {
-    "simple_http_infer_client": UNKNOWN_MODEL_WORDING,
-    "simple_http_aio_infer_client": UNKNOWN_MODEL_WORDING,
-}
 
 
 # The programs run unmodified; where pkg_resources is missing they find the shim's.
@@ -100,13 +91,7 @@ def run(program: str, server: ServerProcess, *args: str) -> subprocess.Completed
     )
 
 
-def case(program: str) -> object:
-    if program in XFAIL:
-        return pytest.param(program, marks=pytest.mark.xfail(strict=True, reason=XFAIL[program]))
-    return program
-
-
-@pytest.mark.parametrize("program", [case(p) for p in INFER])
+@pytest.mark.parametrize("program", INFER)
 def test_program_passes(server: ServerProcess, program: str) -> None:
     done = run(program, server)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -174,11 +159,6 @@ def test_grpc_model_control_program_fails_only_on_a_file_override(server: Server
     assert grpcclient.InferenceServerClient(server.grpc_address).is_server_live()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a load of an unknown model answers 404 (gRPC NOT_FOUND) 'ModelNotFound: model "
-    "wrong_model_name is not in the repository', without Triton's 'failed to load'",
-)
 @pytest.mark.parametrize("face", ["http", "grpc"])
 def test_load_of_an_unknown_model_fails_to_load(server: ServerProcess, face: str) -> None:
     """The model-control programs' last check: the gRPC one does not reach it, and

@@ -115,10 +115,19 @@ def status_of(exc: BaseException) -> int:
     return int(getattr(exc, "status_code", HTTPStatus.INTERNAL_SERVER_ERROR))
 
 
-def error_body(exc: BaseException) -> dict[str, str]:
-    """The JSON error body (docs/protocol.md#errors):
-    ``{"error": "<ExceptionClass>: <message>"}``."""
-    return {"error": f"{type(exc).__name__}: {exc}"}
+# Messages in Triton's words that Triton's client programs test with ``startswith``: the
+# words come first, the class after them (docs/protocol.md#errors).
+WORDS_FIRST = ("Request for unknown model", "failed to get model version")
+
+
+def error_body(exc: BaseException, text: str | None = None) -> dict[str, str]:
+    """The JSON error body (docs/protocol.md#errors): ``{"error": "<ExceptionClass>:
+    <message>"}``, or ``"<message> (<ExceptionClass>)"`` for Triton's own words
+    (``text``: the message to show, ``str(exc)`` by default)."""
+    text = str(exc) if text is None else text
+    if text.startswith(WORDS_FIRST):
+        return {"error": f"{text} ({type(exc).__name__})"}
+    return {"error": f"{type(exc).__name__}: {text}"}
 
 
 def unknown_model(key: str, served: Iterable[str] = ()) -> ModelNotFound:

@@ -444,15 +444,15 @@ class ModelRepository:
     def _found_on_disk(self, name: str) -> ModelConfig:
         """A model folder not in the config, loaded on request from then on."""
         found = scan_models(self.root).get(name) if self.root is not None else None
-        if found is None:
-            raise ModelNotFound(f"model {name} is not in the repository")
+        if found is None:  # Triton's words: docs/protocol.md#errors
+            raise ModelNotFound(f"failed to load '{name}': no such model in the repository")
         self.added[name] = self.configs[name] = ModelConfig(name, found)
         return self.added[name]
 
     def unload_model(self, name: str) -> None:
         with self._lock:
             if name not in self.configs:
-                raise ModelNotFound(f"model {name} is not in the repository")
+                raise ModelNotFound(f"failed to unload '{name}': no such model in the repository")
             self.unloaded.add(name)
             self._retire([key for key in self.served if key[0] == name])
 

@@ -472,9 +472,10 @@ class GraphServer:
     def error_response(self, exc: BaseException, path: str = "") -> Response:
         """The Response of a failed request (``path``: the request's, for the log)."""
         status = status_of(exc)
-        body: dict[str, Any] = error_body(exc)
+        text = str(exc)
         if status == 404:  # a 404 never lists the served models (mlrun's message does)
-            body["error"] = body["error"].partition(", available models:")[0]
+            text = text.partition(", available models:")[0]
+        body: dict[str, Any] = error_body(exc, text)
         shown = self.log_error(exc, status, body["error"], path)
         if shown is not None:
             return Response({"error": shown}, status_code=status)

@@ -83,11 +83,11 @@ class GraphRepository:
         entries += [_entry(key, UNAVAILABLE, "unloaded") for key in self._unloaded]
         return sorted(entries, key=lambda e: (e["name"], e["version"]))
 
-    def _matching(self, name: str) -> list[tuple[Any, str, Any]]:
+    def _matching(self, name: str, op: str) -> list[tuple[Any, str, Any]]:
         loaded = [(r, k, s) for r, k, s in self._routes() if _matches(k, name)]
         unloaded = [(r, k, s) for k, (r, s) in self._unloaded.items() if _matches(k, name)]
-        if not loaded and not unloaded:
-            raise ModelNotFound(f"model {name} is not in the repository")
+        if not loaded and not unloaded:  # Triton's words: docs/protocol.md#errors
+            raise ModelNotFound(f"failed to {op} '{name}': no such model in the repository")
         return loaded + unloaded
 
     async def load(self, name: str, overrides: dict[str, Any] | None = None) -> None:
@@ -99,7 +99,7 @@ class GraphRepository:
         (docs/repository.md#loading-with-a-config-override)."""
         server = self.server
         failures = []
-        matching = self._matching(name)
+        matching = self._matching(name, "load")
         if overrides and any(not hasattr(route, "class_args") for _, _, route in matching):
             raise InvalidInput(f"failed to load '{name}': it is not a model step to configure")
         for router, key, route in matching:
@@ -130,7 +130,7 @@ class GraphRepository:
 
     async def unload(self, name: str) -> None:
         """Take every version of ``name`` out of the routers (requests get 404)."""
-        for router, key, route in self._matching(name):
+        for router, key, route in self._matching(name, "unload"):
             if key in self._unloaded:
                 continue
             del router.routes[key]

@@ -227,7 +227,9 @@ def test_stream_form_unknown_model_is_404(server: mlserve.GraphServer) -> None:
     answer = _call(server, "/", body={"model": "nope", "inputs": [1]})
     assert answer.status_code == 404
     # no names (docs/security.md#errors-without-leaks)
-    assert answer.body == {"error": "ModelNotFound: Request for unknown model: 'nope' is not found"}
+    assert answer.body == {
+        "error": "Request for unknown model: 'nope' is not found (ModelNotFound)"
+    }
 
 
 def test_stream_form_illegal_operation_is_400(server: mlserve.GraphServer) -> None:
@@ -303,31 +305,31 @@ def test_models_learn_their_sibling_versions_in_numeric_order() -> None:
             "/v2/models/nope/infer",
             "POST",
             404,
-            "ModelNotFound: Request for unknown model: 'nope' is not found",
+            "Request for unknown model: 'nope' is not found (ModelNotFound)",
         ),
         (
             "/v2/models/nope",
             "GET",
             404,
-            "ModelNotFound: Request for unknown model: 'nope' is not found",
+            "Request for unknown model: 'nope' is not found (ModelNotFound)",
         ),
         (
             "/v2/models/m3/versions/v9/infer",
             "POST",
             404,
-            "ModelNotFound: Request for unknown model: 'm3' version v9 is not found",
+            "Request for unknown model: 'm3' version v9 is not found (ModelNotFound)",
         ),
         (
             "/v2/models/m1/versions/v1",
             "GET",
             404,
-            "ModelNotFound: Request for unknown model: 'm1' version v1 is not found",
+            "Request for unknown model: 'm1' version v1 is not found (ModelNotFound)",
         ),
         (
             "/v2/models/nope/ready",
             "GET",
             404,
-            "ModelNotFound: Request for unknown model: 'nope' is not found",
+            "Request for unknown model: 'nope' is not found (ModelNotFound)",
         ),
         (
             "/nowhere",

@@ -106,7 +106,7 @@ def test_mock_events_are_accepted_as_they_are(context: Any) -> None:
         (
             "/v2/models/nope/infer",
             {"inputs": [1]},
-            "ModelNotFound: Request for unknown model: 'nope'",
+            "Request for unknown model: 'nope' is not found (ModelNotFound)",
         ),  # 404
         ("/v2/models/m1/xx", {"inputs": [1]}, "IllegalOperation: illegal model operation"),
         ("/v2/models/broken/infer", {"inputs": [1]}, "ModelNotReady: model broken"),  # 503

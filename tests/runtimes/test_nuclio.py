@@ -167,7 +167,7 @@ def test_http_events(
             b'{"inputs": [1]}',
             "application/json",
             404,
-            "ModelNotFound: Request for unknown model: 'nope' is not found",
+            "Request for unknown model: 'nope' is not found (ModelNotFound)",
         ),
         (
             "/v2/models/scaler/infer",

@@ -103,7 +103,7 @@ CASES = [
         "/v2/models/nope/infer",
         INFER,
         None,
-        (404, None, "ModelNotFound: Request for unknown model: 'nope' is not found"),
+        (404, None, "Request for unknown model: 'nope' is not found (ModelNotFound)"),
     ),
     refused(400, DATATYPE, TEXT_ROWS),
     refused(400, DATATYPE, TEXT_TENSOR),

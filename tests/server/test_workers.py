@@ -81,7 +81,9 @@ def test_a_worker_that_joins_later_replays_the_loads_and_unloads() -> None:
     asyncio.run(first.repository.unload("flaky"))  # through one worker: both apply it
     asyncio.run(first.repository.unload("double"))
     asyncio.run(first.repository.load("double"))
-    with pytest.raises(Exception, match="not in the repository"):  # an error changes nothing
+    with pytest.raises(
+        Exception, match="no such model in the repository"
+    ):  # an error changes nothing
         asyncio.run(first.repository.load("nope"))
     for server in (first, second):
         assert not _serves(server, "flaky") and _serves(server, "double")
