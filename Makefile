@@ -8,7 +8,7 @@ CORE   := $(VENV)/.installed-core
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: install install-core system-deps serve serve-tf test lint bench clean generate docs-images
+.PHONY: install install-core system-deps serve serve-tf test lint bench clean generate docs-images docs-console-images
 
 $(BIN)/python:
 	@echo "mlserve: creating $(VENV) with $(PYTHON)"
@@ -25,13 +25,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e '.[all,dev]'
 	# The TF Serving protos; their wheel asks for the full `tensorflow`, tensorflow-cpu serves.
 	$(BIN)/pip install -q --no-deps 'tensorflow-serving-api==2.21.*'
+	# mlrun's own drift code, the oracle of tests/monitoring/test_drift_exact.py (its dependencies are not installed).
+	$(BIN)/pip download -q --no-deps 'mlrun==1.12.1' -d $(VENV)/reference
 	touch $@
 
 install: $(STAMP)
 
 install-core: $(CORE)
 
-# Servers the tests start on 127.0.0.1 (Redis, PostgreSQL) and the load generator.
+# Servers the tests start on 127.0.0.1 (Redis, PostgreSQL), the load generator, and the
+# headless browser of the page tests (tests/browser.py).
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -40,6 +43,7 @@ system-deps:
 	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	command -v valgrind >/dev/null || missing="$$missing valgrind"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -72,6 +76,10 @@ lint: install
 # tests/test_layers.py checks the committed DOT matches the code).
 docs-images: install
 	$(BIN)/python -m tools.layers
+
+# docs/images/console-*.png: the console's browser tests, saving their screenshots.
+docs-console-images: install system-deps
+	MLSERVE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_console_browser.py -q -p no:cacheprovider
 
 bench: install system-deps
 	$(BIN)/python -m benchmarks

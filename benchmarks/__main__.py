@@ -29,6 +29,8 @@ STEPS = [
     "grpc_load",
     "shared_memory",
     "tracking",
+    "monitoring",
+    "console",
     "tf_batching",
     "mnist_protocols",
     "scale",
@@ -42,6 +44,9 @@ QUICK = {
     "grpc_load": ["--duration", "1", "--repeat", "1"],
     "shared_memory": ["--calls", "5", "--repeat", "1"],
     "tracking": ["--duration", "1", "--repeat", "1"],
+    "monitoring": ["--records", "20000", "--duration", "1", "--repeat", "1", "--rate", "500"]
+    + ["--drift-window", "2", "--drift-rounds", "1"],
+    "console": ["--duration", "1", "--warmup", "1", "--repeat", "1"],
     "tf_batching": ["--duration", "2", "--repeat", "1"],
     "mnist_protocols": ["--requests", "10", "--duration", "1"],
     "scale": ["--duration", "1", "--warmup", "1", "--repeat", "1", "--models", "1", "10"],

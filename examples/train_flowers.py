@@ -1,5 +1,7 @@
 """Train the example classifier: softmax regression in NumPy on three seeded
-Gaussian clusters of 4 features (an iris-like toy set). Writes models/flowers/model.npz."""
+Gaussian clusters of 4 features (an iris-like toy set). Writes models/flowers/model.npz,
+and the training set's statistics beside it (feature_stats.json): the reference the
+monitor measures drift against (docs/monitoring.md#drift)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+FEATURES = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 CENTERS = np.array([[5.0, 3.4, 1.5, 0.2], [5.9, 2.8, 4.3, 1.3], [6.6, 3.0, 5.6, 2.0]])
 
 
@@ -39,6 +42,14 @@ if __name__ == "__main__":
     x, y = make_data()
     weights, bias, mean, std = train(x, y)
     accuracy = (np.argmax(((x - mean) / std) @ weights + bias, axis=1) == y).mean()
-    out = Path(__file__).parent / "models" / "flowers" / "model.npz"
-    np.savez(out, weights=weights, bias=bias, mean=mean, std=std)
-    print(f"wrote {out}, training accuracy {accuracy:.3f}")
+    import json
+
+    import pandas as pd
+
+    from mlserve.monitoring import feature_stats
+
+    folder = Path(__file__).parent / "models" / "flowers"
+    np.savez(folder / "model.npz", weights=weights, bias=bias, mean=mean, std=std)
+    stats = feature_stats(pd.DataFrame(x, columns=FEATURES))
+    (folder / "feature_stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    print(f"wrote {folder}, training accuracy {accuracy:.3f}")

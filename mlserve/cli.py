@@ -1,4 +1,5 @@
-"""The ``mlserve`` command: ``serve``, ``build``, ``infer``, ``models``, ``endpoints``.
+"""The ``mlserve`` command: ``serve``, ``build``, ``infer``, ``models``, ``endpoints``,
+``monitor``.
 
 A target kind is one entry of ``TARGETS``: a test on the target string and a
 builder of the initialised ``GraphServer`` it serves. A mistake of the user's (a
@@ -11,6 +12,7 @@ raises shows the user's frames only (docs/serving.md#when-the-command-refuses).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import importlib.util
 import json
@@ -20,6 +22,7 @@ import re
 import runpy
 import signal
 import socket
+import subprocess
 import sys
 import sysconfig
 import traceback
@@ -116,6 +119,9 @@ def _is_repository(target: str) -> bool:
 
 def _function_server(args: argparse.Namespace) -> GraphServer:
     fn = load_function(args.target, **_repository_options(args))
+    tracked = getattr(args, "monitor", False) or getattr(args, "track", False)
+    if tracked and not fn.spec.track_models:
+        fn.set_tracking()  # the model-log stream and the endpoint records the monitor reads
     server = fn.to_graph_server()
     server.init_states(namespace=fn.namespace)
     server.init_object(fn.namespace)
@@ -260,6 +266,16 @@ def serve(args: argparse.Namespace) -> None:
     settings = FaceSettings.from_env(**face_options(args))
     mode = args.model_control_mode or os.environ.get("MLSERVE_MODEL_CONTROL_MODE") or "none"
     server.model_control = server.model_control or mode == "explicit"
+    monitor = _embedded_monitor(args, server)
+    from mlserve.server.console import configure_console
+
+    configure_console(  # what the web console shows of this process (docs/console.md)
+        server,
+        not settings.no_console,
+        settings.auth_enabled,
+        monitor is not None,
+        runner.worker_slot(),
+    )
     try:
         runner.run_server(
             server,
@@ -278,8 +294,186 @@ def serve(args: argparse.Namespace) -> None:
         if exc.errno != errno.EADDRINUSE:
             raise
         raise SystemExit(f"mlserve: {args.host}:{args.port} is in use by another process") from None
+    finally:
+        if monitor is not None:
+            monitor.stop()
     if trigger is not None and trigger.error is not None:
         raise SystemExit(f"mlserve: the Kafka trigger failed: {trigger.error}")
+
+
+def _embedded_monitor(args: argparse.Namespace, server: GraphServer) -> MonitorProcess | None:
+    """``serve --monitor``: the monitor on the server's own stream and store, in a process
+    of its own that the first worker starts and stops (so the monitor never takes the
+    server's GIL: docs/monitoring.md#drift); every worker's ``/metrics`` shows its gauges,
+    read from the endpoint records."""
+    from mlserve import runner
+
+    if not args.monitor:
+        return None
+    from mlserve.monitoring.gauges import StoreDriftCollector
+    from mlserve.monitoring.metrics import REGISTRY
+    from mlserve.monitoring.sources import check_source
+    from mlserve.monitoring.stores import default_store_url
+    from mlserve.monitoring.tracking import stream_path
+
+    stream, store = stream_path(server), default_store_url(server.parameters)
+    try:
+        check_source(stream)
+    except ValueError as exc:  # a stream that cannot be read back
+        raise UsageError(f"--monitor: {exc}") from None
+    REGISTRY.register(StoreDriftCollector(store))
+    if os.environ.get(runner.WORKER_ENV, "0") != "0":
+        return None
+    command = ["monitor", "--stream", stream, "--store", store, "--group", "mlserve-serve"]
+    if args.monitor_window:
+        command += ["--window", str(args.monitor_window)]
+    return MonitorProcess(runner.start_child(command))
+
+
+class MonitorProcess:
+    """The monitor process of ``serve --monitor``: it ends with the server."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (the monitor ends after its batch under way), then SIGKILL."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def monitor(args: argparse.Namespace) -> None:
+    """``mlserve monitor``: consume the model-log stream until SIGTERM or Ctrl-C."""
+    from mlserve.function.lifeline import watch_parent
+    from mlserve.monitoring.monitor import MonitorSettings, open_monitor
+
+    watch_parent()  # the monitor of `serve --monitor` ends with its server
+
+    if args.grace is not None and not 0 <= args.grace <= (args.window or 600):
+        raise UsageError(f"--grace {args.grace}: from 0 to the window's length")
+    registry = None
+    metrics_server = None
+    if args.metrics_port:
+        import prometheus_client
+
+        registry = prometheus_client.CollectorRegistry()
+        _check_ports(args.host, [args.metrics_port])
+        metrics_server, _ = prometheus_client.start_http_server(
+            args.metrics_port, addr=args.host, registry=registry
+        )
+    try:
+        watcher = open_monitor(
+            args.stream,
+            args.store,
+            MonitorSettings(**({"window": args.window} if args.window else {}), grace=args.grace),
+            group=args.group,
+            results=args.results,
+            alert_webhook=args.alert_webhook,
+            applications=[_application(name) for name in args.application],
+            registry=registry,
+        )
+    except (ValueError, ImportError) as exc:
+        raise UsageError(str(exc)) from None
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        # Announced once a SIGTERM stops it cleanly (a supervisor may send one at once).
+        print(
+            f"mlserve: monitoring {args.stream} into {watcher.store_url} "
+            f"(windows of {watcher.settings.window:g} s, group {args.group})",
+            flush=True,
+        )
+        await watcher.run(stop)
+
+    try:
+        asyncio.run(watch())
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+
+
+def _application(name: str) -> Any:
+    """``--application module:Class`` or ``file.py:Class``: a monitoring application."""
+    where, _, attr = name.rpartition(":")
+    if not where or not attr:
+        raise UsageError(f"--application {name}: use module:Class or file.py:Class")
+    try:
+        if where.endswith(".py"):
+            names = runpy.run_path(where, run_name="mlserve_monitoring_app")
+            cls = names[attr]
+        else:
+            cls = getattr(importlib.import_module(where), attr)
+    except (ImportError, KeyError, AttributeError, OSError) as exc:
+        raise UsageError(f"--application {name}: {exc}") from None
+    return cls()
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: a number of seconds above 0")
+    return value
+
+
+def _monitor_parser(commands: Commands) -> None:
+    cmd = commands.add_parser(
+        "monitor",
+        help="drift and health of served models, from their model-log stream",
+        description="Consume the model-log stream, window each endpoint's calls, compute "
+        "drift against the model's reference statistics, and write the results to the "
+        "endpoint records.",
+    )
+    cmd.add_argument(
+        "--stream",
+        required=True,
+        help="the model-log stream: a file path, redis://host:port/db?stream=S, "
+        "or kafka://broker:port?topic=T",
+    )
+    cmd.add_argument(
+        "--store",
+        help="endpoint store, an SQLAlchemy URL (default: MLSERVE_ENDPOINT_STORE or "
+        "./mlserve-data/endpoints.db)",
+    )
+    cmd.add_argument(
+        "--window",
+        type=_seconds,
+        metavar="SECONDS",
+        help="tumbling window length (default 600)",
+    )
+    cmd.add_argument(
+        "--grace",
+        type=float,
+        metavar="SECONDS",
+        help="how late a record may arrive and still join its window (default: 10, "
+        "at most half a window)",
+    )
+    cmd.add_argument(
+        "--group",
+        default="mlserve-monitor",
+        help="consumer group: monitors of one group split a Kafka topic's partitions "
+        "(default mlserve-monitor)",
+    )
+    cmd.add_argument("--results", metavar="URL", help="also write one record per window here")
+    cmd.add_argument(
+        "--alert-webhook", metavar="URL", help="POST an alert when drift rises (once per change)"
+    )
+    cmd.add_argument(
+        "--application",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="a monitoring application to run on every window (repeatable)",
+    )
+    cmd.add_argument("--metrics-port", type=int, help="serve Prometheus drift gauges on this port")
+    cmd.add_argument("--host", default="127.0.0.1", help="with --metrics-port (default 127.0.0.1)")
+    cmd.set_defaults(handler=monitor)
 
 
 def _start_kafka(args: argparse.Namespace, server: GraphServer) -> KafkaTrigger:
@@ -399,6 +593,7 @@ def face_options(args: argparse.Namespace) -> dict[str, Any]:
         "write_timeout": args.write_timeout,
         "hide_errors": args.hide_errors or None,
         "json_nonfinite": args.json_nonfinite,
+        "no_console": args.no_console or None,
     }
 
 
@@ -425,6 +620,7 @@ def _security_arguments(cmd: argparse.ArgumentParser) -> None:
     add("--write-timeout", type=float, help="seconds answers may stay unread (default 30)")
     add("--hide-errors", action="store_true", help="no exception text in responses")
     add("--json-nonfinite", choices=["literal", "null", "string"], help="NaN/Infinity in answers")
+    add("--no-console", action="store_true", help="no web console at /console")
     add("--ssl-certfile", metavar="PEM", help="serve TLS on every port with this certificate")
     add("--ssl-keyfile", metavar="PEM", help="its private key (default: in --ssl-certfile)")
     add("--ssl-ca-certs", metavar="PEM", help="require client certificates this CA signed (mTLS)")
@@ -496,6 +692,24 @@ def _serve_parser(commands: Commands) -> None:
     cmd.add_argument("--output-topic", help="where results go, keyed as their input")
     cmd.add_argument(
         "--dead-letter-topic", help="where failed messages go (default: TOPIC-dead-letter)"
+    )
+    cmd.add_argument(
+        "--track",
+        action="store_true",
+        help="log every call to the model-log stream (./mlserve-data/model-logs.jsonl) and "
+        "keep endpoint records, as set_tracking() does; --monitor implies it",
+    )
+    cmd.add_argument(
+        "--monitor",
+        action="store_true",
+        help="also monitor the models here: drift and health from the model-log stream, "
+        "into the endpoint records (see `mlserve monitor --help`)",
+    )
+    cmd.add_argument(
+        "--monitor-window",
+        type=_seconds,
+        metavar="SECONDS",
+        help="with --monitor: the monitoring window (default 600)",
     )
     _security_arguments(cmd)
     cmd.set_defaults(handler=serve)
@@ -617,6 +831,30 @@ def list_endpoints(args: argparse.Namespace) -> None:
     from mlserve.monitoring.api import list_endpoints as table
 
     print(table(args.store, args.project))
+
+
+def _endpoint(args: argparse.Namespace) -> Any:
+    from mlserve.monitoring.stores import open_store
+
+    store = open_store(args.store)
+    try:
+        endpoint = store.get(args.uid)
+    finally:
+        store.close()
+    if endpoint is None:
+        raise SystemExit(f"mlserve: no endpoint {args.uid} (see `mlserve endpoints list`)")
+    return endpoint
+
+
+def get_endpoint(args: argparse.Namespace) -> None:
+    print(_endpoint(args).model_dump_json(indent=2))
+
+
+def drift_page(args: argparse.Namespace) -> None:
+    from mlserve.monitoring.drift_page import drift_html
+
+    Path(args.html).write_text(drift_html(_endpoint(args)), encoding="utf-8")
+    print(f"mlserve: wrote {args.html}")
 
 
 def infer(args: argparse.Namespace) -> None:
@@ -780,15 +1018,26 @@ def main(argv: list[str] | None = None) -> None:
     endpoints_cmd = commands.add_parser(
         "endpoints", help="model endpoint records (one per served model)"
     )
-    endpoints_list = endpoints_cmd.add_subparsers(dest="action", required=True).add_parser(
-        "list", help="print the endpoint records as a table"
-    )
-    endpoints_list.add_argument(
-        "--store",
-        help="SQLAlchemy URL (default: MLSERVE_ENDPOINT_STORE or ./mlserve-data/endpoints.db)",
-    )
+    actions = endpoints_cmd.add_subparsers(dest="action", required=True)
+    store_help = "SQLAlchemy URL (default: MLSERVE_ENDPOINT_STORE or ./mlserve-data/endpoints.db)"
+    endpoints_list = actions.add_parser("list", help="print the endpoint records as a table")
+    endpoints_list.add_argument("--store", help=store_help)
     endpoints_list.add_argument("--project", help="only this project's endpoints")
     endpoints_list.set_defaults(handler=list_endpoints)
+    endpoints_get = actions.add_parser("get", help="print one endpoint record as JSON")
+    endpoints_get.add_argument("uid", help="the endpoint's uid (`mlserve endpoints list`)")
+    endpoints_get.add_argument("--store", help=store_help)
+    endpoints_get.set_defaults(handler=get_endpoint)
+    endpoints_drift = actions.add_parser(
+        "drift", help="the features-drift table of an endpoint's last window"
+    )
+    endpoints_drift.add_argument("uid", help="the endpoint's uid (`mlserve endpoints list`)")
+    endpoints_drift.add_argument("--store", help=store_help)
+    endpoints_drift.add_argument(
+        "--html", required=True, metavar="FILE", help="write the table as a page to FILE"
+    )
+    endpoints_drift.set_defaults(handler=drift_page)
+    _monitor_parser(commands)
     args = parser.parse_args(argv)
     args.argv = argv
     logging.basicConfig(

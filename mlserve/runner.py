@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
@@ -41,13 +42,30 @@ if TYPE_CHECKING:
     from mlserve.http.app import ASGIApp
     from mlserve.server.graph_server import GraphServer
 
-__all__ = ["WORKER_ENV", "restart_delay", "run_server", "supervise", "worker_command"]
+__all__ = [
+    "WORKERS_ENV",
+    "WORKER_ENV",
+    "restart_delay",
+    "run_server",
+    "supervise",
+    "worker_command",
+    "worker_slot",
+]
 
 logger = logging.getLogger("mlserve.server")
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # The index of a worker of `--workers N` (only worker 0 announces the server).
 WORKER_ENV = "MLSERVE_WORKER"
+WORKERS_ENV = "MLSERVE_WORKERS"  # and N, which the web console shows
+
+
+def worker_slot() -> tuple[int, int] | None:
+    """(index, count) in a worker of ``serve --workers N``; None outside one."""
+    count = os.environ.get(WORKERS_ENV, "")
+    if not count.isdigit():
+        return None
+    return int(os.environ.get(WORKER_ENV, "0") or 0), int(count)
 
 
 def _http_server(
@@ -188,10 +206,17 @@ async def _serve(
     # the request path.
     gc.collect()
     gc.freeze()
+    from mlserve.server.console import start_history
+
+    history = start_history(server)  # the web console's charts (docs/console.md)
     announce()
-    await http.serve(sock)
-    drain()
-    await asyncio.gather(*draining)
+    try:
+        await http.serve(sock)
+        drain()
+        await asyncio.gather(*draining)
+    finally:
+        if history is not None:
+            history.cancel()
 
 
 async def _stop(http: _Face, grpc_servers: list[grpc.aio.Server], limits: ServerLimits) -> None:
@@ -329,7 +354,12 @@ class _Supervisor:
         from mlserve.server.shared import CONTROL_FD_ENV
 
         end = self.relay.add_worker()  # this worker's end of its relay socket pair
-        env = {**os.environ, WORKER_ENV: str(worker.index), CONTROL_FD_ENV: str(end.fileno())}
+        env = {
+            **os.environ,
+            WORKER_ENV: str(worker.index),
+            WORKERS_ENV: str(len(self.workers)),
+            CONTROL_FD_ENV: str(end.fileno()),
+        }
         try:
             worker.proc = subprocess.Popen(self.command, env=env, pass_fds=[end.fileno()])
         finally:
@@ -411,6 +441,21 @@ def supervise(command: list[str], workers: int, ready_min_workers: int = 1) -> i
             signal.signal(sig, handler)
         os.close(wakeup)
         os.close(wakeup_writer)
+
+
+def start_child(argv: list[str]) -> subprocess.Popen[bytes]:
+    """``mlserve <argv>`` as a child process that ends with this one (the kernel's
+    parent-death signal, and the child's own watchdog: ``mlserve.function.lifeline``)."""
+    from mlserve.function.lifeline import PARENT_PID_ENV, die_with_parent
+
+    env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+    # PR_SET_PDEATHSIG follows the forking thread: only the main thread lives as long as us.
+    tie = die_with_parent if threading.current_thread() is threading.main_thread() else None
+    return subprocess.Popen(
+        [sys.executable, "-m", "mlserve", *argv],
+        env=env,
+        preexec_fn=tie,  # noqa: PLW1509 - prctl only, no locks taken
+    )
 
 
 def worker_command(argv: list[str]) -> list[str]:

@@ -126,3 +126,52 @@ def test_callgrind_counts_the_instructions_of_a_command() -> None:
     empty = _collected([sys.executable, "-c", "pass"])
     busy = _collected([sys.executable, "-c", "sum(range(100_000))"])
     assert busy > empty > 0
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by make system-deps")
+def test_the_monitoring_step_measures_its_three_parts_in_its_quick_round() -> None:
+    """``make bench``'s quick round of the monitoring step: records consumed, serving
+    with and without ``--monitor``, and drift detected under a paced load (the paced
+    wrk script answers with the rate asked for)."""
+    from benchmarks.__main__ import QUICK
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.monitoring", *QUICK["monitoring"], "--no-doc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert any(line.startswith("| 20,000 | 4 | 12 |") for line in rows), rows
+    assert any(line.startswith("| tracking alone |") for line in rows), rows
+    assert any(line.startswith("| tracking, `--monitor` |") for line in rows), rows
+    (drift,) = [line for line in rows if line.startswith("| 0.50 |")]
+    shifted = float(drift.split("|")[-2].replace(",", ""))
+    assert 350 < shifted < 650, drift  # paced at 500 requests/s
+    assert "- records/s one monitor consumes on one CPU" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by make system-deps")
+def test_the_console_step_measures_its_three_cases_in_its_quick_round() -> None:
+    """``make bench``'s quick round of the console step: serving with the console off, on,
+    and open in pages that poll its data calls (every call answered)."""
+    from benchmarks.__main__ import QUICK
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.console", *QUICK["console"], "--no-doc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert any(line.startswith("| console off (`--no-console`) |") for line in rows), rows
+    assert any(line.startswith("| console on, nobody watching |") for line in rows), rows
+    (watched,) = [line for line in rows if line.startswith("| console open, 3 pages polling |")]
+    assert int(watched.split("|")[-2]) >= 6, watched  # 3 pages, 2 calls a tick, 1 tick at least
+    assert "- serving with the console open (3 pages polling)" in done.stdout

@@ -101,7 +101,7 @@ def test_security_md_lists_every_security_flag() -> None:
     parser = argparse.ArgumentParser()
     _security_arguments(parser)
     flags = [a.option_strings[0] for a in parser._actions if a.option_strings[0] != "-h"]
-    assert len(flags) == 22
+    assert len(flags) == 23
     assert [flag for flag in flags if f"`{flag}" not in text] == []
 
 

@@ -51,6 +51,7 @@ class FaceSettings:
     write_timeout: float = 30.0  # seconds those may stay unread: then the connection is cut
     hide_errors: bool = False  # a model's exception text becomes a generic message + error id
     json_nonfinite: str = "literal"  # NaN/Infinity in answers: literal, null or string
+    no_console: bool = False  # no web console at /console (docs/console.md)
 
     def __post_init__(self) -> None:
         if self.json_nonfinite not in FORMS:
@@ -99,6 +100,7 @@ _ENV_FIELDS: dict[str, type] = {
     "write_timeout": float,
     "hide_errors": bool,
     "json_nonfinite": str,
+    "no_console": bool,
 }
 
 

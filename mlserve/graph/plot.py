@@ -6,6 +6,9 @@
 Steps are boxes (a responder has a double border), routers are folders
 holding their routes, queues are cylinders, error handlers are red octagons
 reached by dashed edges; steps of a child function sit in a frame named after it.
+
+``walk_graph`` is the one walk of the graph: the picture is drawn from it, and
+the web console's ``/console/api/graph`` sends it as data (docs/console.md).
 """
 
 from __future__ import annotations
@@ -15,10 +18,19 @@ import shutil
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMATS", "plot_graph", "to_digraph"]
+__all__ = [
+    "FORMATS",
+    "GraphEdge",
+    "GraphNode",
+    "GraphWalk",
+    "plot_graph",
+    "to_digraph",
+    "walk_graph",
+]
 
 FORMATS = ("svg", "png")
 
@@ -29,6 +41,102 @@ _SHAPES = {
     "error": "octagon",
     "flow": "component",
 }
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """One node: the entry, a step, a router's route, or an output the flow writes to.
+
+    ``kind``: "entry", "output", a route's "route", else the step's kind ("task",
+    "router", "queue", "error", "flow"); ``parent``: a route's router."""
+
+    id: str
+    label: str
+    kind: str
+    step: Any = None
+    function: str | None = None
+    responder: bool = False
+    parent: str | None = None
+
+
+@dataclass(frozen=True)
+class GraphEdge:
+    """``kind``: "next" (the flow), "route" (a router to its route), "error" (a step
+    to its error handler) or "output" (a last step to an output)."""
+
+    tail: str
+    head: str
+    kind: str = "next"
+
+
+@dataclass
+class GraphWalk:
+    """A flow or a router as nodes and edges, in drawing order."""
+
+    topology: str  # "router" or "flow"
+    nodes: list[GraphNode] = field(default_factory=list)
+    edges: list[GraphEdge] = field(default_factory=list)
+
+
+def walk_graph(
+    graph: Any, source: str | None = None, targets: list[str] | None = None
+) -> GraphWalk:
+    """The nodes and edges of a flow or a router (the entry named ``source``, default
+    ``"start"``; ``targets``: outputs after the last steps, e.g. a stream the flow writes)."""
+    entry = source or "start"
+    steps = getattr(graph, "steps", None)
+    walk = GraphWalk("router" if steps is None else "flow", [GraphNode(entry, entry, "entry")])
+    if steps is None:  # a router topology: the router is the only step
+        name = graph.name or "router"
+        _walk_step(walk, name, graph)
+        walk.edges.append(GraphEdge(entry, name))
+        return walk
+    functions = sorted({step.function for step in steps.values() if step.function})
+    for name, step in steps.items():
+        if not step.function:
+            _walk_step(walk, name, step)
+    for function in functions:
+        for name, step in steps.items():
+            if step.function == function:
+                _walk_step(walk, name, step)
+    _walk_edges(walk, entry, graph, steps, targets or [])
+    return walk
+
+
+def _walk_step(walk: GraphWalk, name: str, step: Any) -> None:
+    kind = getattr(step, "kind", "task")
+    function = getattr(step, "function", None) or None
+    responder = bool(getattr(step, "responder", False))
+    walk.nodes.append(GraphNode(name, name, kind, step, function, responder))
+    routes = getattr(step, "routes", None)
+    if kind == "router" and routes:
+        for key, route in routes.items():
+            node = f"{name}/{key}"
+            walk.nodes.append(GraphNode(node, key, "route", route, function, parent=name))
+            walk.edges.append(GraphEdge(name, node, "route"))
+
+
+def _walk_edges(
+    walk: GraphWalk, entry: str, graph: Any, steps: dict[str, Any], targets: list[str]
+) -> None:
+    has_next = set()
+    for name, step in steps.items():
+        if step.kind == "error":
+            for before in step.before:
+                walk.edges.append(GraphEdge(name, before))
+            continue
+        for after in step.after:
+            walk.edges.append(GraphEdge(after, name))
+            has_next.add(after)
+        if not step.after:
+            walk.edges.append(GraphEdge(entry, name))
+        handler = getattr(step, "on_error", None) or graph.on_error
+        if handler:
+            walk.edges.append(GraphEdge(name, handler, "error"))
+    leaves = [name for name, step in steps.items() if step.kind != "error" and name not in has_next]
+    for target in targets:
+        walk.nodes.append(GraphNode(target, target, "output"))
+        walk.edges.extend(GraphEdge(leaf, target, "output") for leaf in leaves)
 
 
 def to_digraph(
@@ -52,15 +160,30 @@ def to_digraph(
         graph_attr={"rankdir": "LR", "fontname": "Helvetica"},
         node_attr={"fontname": "Helvetica", "style": "rounded,filled", "fillcolor": "#eef3fb"},
     )
-    entry = source or "start"
-    _node(dot, entry, shape="circle", fillcolor="#d7ecd9")
-    steps = getattr(graph, "steps", None)
-    if steps is None:  # a router topology: the router is the only step
-        _add_step(dot, graph.name or "router", graph)
-        _edge(dot, entry, graph.name or "router")
-        return dot
-    _add_steps(dot, steps)
-    _add_edges(dot, entry, graph, steps, targets or [])
+    walk = walk_graph(graph, source, targets)
+    routes: dict[str, list[GraphNode]] = {}
+    for node in walk.nodes:
+        if node.parent is not None:
+            routes.setdefault(node.parent, []).append(node)
+    steps = [node for node in walk.nodes if node.kind not in ("entry", "route", "output")]
+    for node in walk.nodes:
+        if node.kind == "entry":
+            _node(dot, node.id, shape="circle", fillcolor="#d7ecd9")
+        elif node.kind == "output":
+            _node(dot, node.id, shape="cylinder", fillcolor="#f2f2f2")
+    for node in steps:
+        if node.function is None:
+            _draw_step(dot, node, routes.get(node.id, []))
+    for function in sorted({node.function for node in steps if node.function}):
+        with _cluster(dot, function, label=f"function: {function}", style="dashed"):
+            for node in steps:
+                if node.function == function:
+                    _draw_step(dot, node, routes.get(node.id, []))
+    for edge in walk.edges:
+        if edge.kind == "error":
+            _edge(dot, edge.tail, edge.head, style="dashed", color="#b22222")
+        elif edge.kind != "route":  # drawn in the router's frame
+            _edge(dot, edge.tail, edge.head)
     return dot
 
 
@@ -100,54 +223,18 @@ def _cluster(dot: Any, name: str, **attrs: str) -> Iterator[None]:
     dot.body.append("\t}\n")
 
 
-def _add_steps(dot: Any, steps: dict[str, Any]) -> None:
-    functions = sorted({step.function for step in steps.values() if step.function})
-    for name, step in steps.items():
-        if not step.function:
-            _add_step(dot, name, step)
-    for function in functions:
-        with _cluster(dot, function, label=f"function: {function}", style="dashed"):
-            for name, step in steps.items():
-                if step.function == function:
-                    _add_step(dot, name, step)
-
-
-def _add_step(dot: Any, name: str, step: Any) -> None:
-    kind = getattr(step, "kind", "task")
-    attrs = {"shape": _SHAPES.get(kind, "box")}
-    if getattr(step, "responder", False):
+def _draw_step(dot: Any, node: GraphNode, routes: list[GraphNode]) -> None:
+    attrs = {"shape": _SHAPES.get(node.kind, "box")}
+    if node.responder:
         attrs["peripheries"] = "2"
-    if kind == "error":
+    if node.kind == "error":
         attrs.update(fillcolor="#fbe3e3", color="#b22222")
-    _node(dot, name, **attrs)
-    routes = getattr(step, "routes", None)
-    if kind == "router" and routes:
-        with _cluster(dot, name, label=name, style="rounded"):
-            for key in routes:
-                _node(dot, f"{name}/{key}", label=key, shape="ellipse", fillcolor="#fff7e0")
-                _edge(dot, name, f"{name}/{key}", arrowhead="none")
-
-
-def _add_edges(dot: Any, entry: str, graph: Any, steps: dict[str, Any], targets: list[str]) -> None:
-    has_next = set()
-    for name, step in steps.items():
-        if step.kind == "error":
-            for before in step.before:
-                _edge(dot, name, before)
-            continue
-        for after in step.after:
-            _edge(dot, after, name)
-            has_next.add(after)
-        if not step.after:
-            _edge(dot, entry, name)
-        handler = getattr(step, "on_error", None) or graph.on_error
-        if handler:
-            _edge(dot, name, handler, style="dashed", color="#b22222")
-    leaves = [name for name, step in steps.items() if step.kind != "error" and name not in has_next]
-    for target in targets:
-        _node(dot, target, shape="cylinder", fillcolor="#f2f2f2")
-        for leaf in leaves:
-            _edge(dot, leaf, target)
+    _node(dot, node.id, **attrs)
+    if routes:
+        with _cluster(dot, node.id, label=node.id, style="rounded"):
+            for route in routes:
+                _node(dot, route.id, label=route.label, shape="ellipse", fillcolor="#fff7e0")
+                _edge(dot, node.id, route.id, arrowhead="none")
 
 
 def plot_graph(

@@ -72,7 +72,9 @@ def admit(
     """The answer to a request refused before the server, or None to go on."""
     return (
         check_target(raw_path, path)
-        or authorize(settings, path, headers.get("authorization", ""))
+        or authorize(
+            settings, path, headers.get("authorization", ""), method, headers.get("accept", "")
+        )
         or method_refusal(method, path)
         or _check_encoding(headers.get("content-encoding", ""))
     )

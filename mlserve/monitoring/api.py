@@ -64,6 +64,7 @@ _COLUMNS = (
     "REQUESTS",
     "ERRORS",
     "LAST REQUEST",
+    "DRIFT",
     "UID",
 )
 _TYPES = {1: "node", 2: "router", 3: "leaf"}
@@ -83,8 +84,18 @@ def _row(endpoint: ModelEndpoint) -> tuple[str, ...]:
         str(status.metrics.get("requests", 0)),
         str(status.error_count),
         last,
+        _drift(endpoint),
         endpoint.metadata.uid,
     )
+
+
+def _drift(endpoint: ModelEndpoint) -> str:
+    """The last window's drift status and value, ``-`` before the monitor measured one."""
+    status = endpoint.status
+    if not status.drift_status:
+        return "-"
+    general = status.drift_measures.get("general_drift")
+    return f"{status.drift_status} ({general:.2f})" if general is not None else status.drift_status
 
 
 def format_table(endpoints: list[ModelEndpoint]) -> str:

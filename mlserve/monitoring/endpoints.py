@@ -66,6 +66,9 @@ class EndpointSpec(BaseModel):
     """The model's declared input names (mlrun's ``feature_names``); empty when undeclared."""
     label_names: list[str] = Field(default_factory=list)
     """The model's declared output names (mlrun's ``label_names``)."""
+    feature_stats: dict[str, Any] = Field(default_factory=dict)
+    """The training set's statistics, the reference of drift (mlrun's format:
+    ``mlserve.monitoring.feature_stats``); empty when the model has none."""
     active: bool = True
     monitoring_mode: str = "enabled"
     """``enabled`` when the model-log stream is on, else ``disabled``."""
@@ -80,6 +83,21 @@ class EndpointStatus(BaseModel):
     error_count: int = 0
     metrics: dict[str, Any] = Field(default_factory=dict)
     """``{"requests": n}``: calls counted so far."""
+    current_stats: dict[str, Any] = Field(default_factory=dict)
+    """The last monitored window's input statistics, histogrammed on the reference's
+    padded edges (docs/monitoring.md#drift)."""
+    drift_measures: dict[str, Any] = Field(default_factory=dict)
+    """Per feature ``{tvd, hellinger, kld}``, plus ``tvd_mean``, ``hellinger_mean``,
+    ``kld_mean`` and ``general_drift``."""
+    drift_status: str = ""
+    """``NO_DRIFT``, ``POSSIBLE_DRIFT`` or ``DRIFT_DETECTED``; empty until a window with a
+    reference was monitored."""
+    window: dict[str, Any] = Field(default_factory=dict)
+    """The last monitored window: ``start``, ``end``, ``requests``, ``errors``, ``late``,
+    ``latency_mean_us``, ``latency_p50_us``, ``latency_p99_us``, ``predictions_per_second``."""
+    results: dict[str, Any] = Field(default_factory=dict)
+    """Monitoring applications' results of the last window, by application then result
+    name: ``{"value", "kind", "status", "extra_data"}``."""
 
 
 class ModelEndpoint(BaseModel):

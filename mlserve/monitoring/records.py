@@ -161,6 +161,9 @@ class ModelFields:
             "host": HOST,
             "function_uri": self.function_uri,
         }
+        uid = getattr(model, "model_endpoint_uid", None)
+        if uid:  # as mlrun's records: the monitor reads each record's endpoint from it
+            record["endpoint_id"] = uid
         labels = getattr(model, "labels", None)
         if labels:
             record["labels"] = labels

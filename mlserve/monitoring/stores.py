@@ -5,6 +5,13 @@ SQLAlchemy URL) comes from the ``endpoint_store_url`` function parameter or
 the ``MLSERVE_ENDPOINT_STORE`` environment variable. The uid is the primary
 key, so a restart or a second replica never duplicates a record; request
 counters are updated in place by one UPDATE, never read-modify-written.
+
+Three writers share a record without overwriting each other: the server
+registers the record (``upsert``: spec and shape), its request counters
+(``add_counts``), and the monitor its window's results (``write_windows``: the
+``monitoring`` column, merged into ``status`` on read). The monitor's partition
+state (docs/monitoring.md#nothing-lost-nothing-counted-twice) is written in the
+same transaction as the results it accounts for.
 """
 
 from __future__ import annotations
@@ -16,8 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from mlserve.monitoring.endpoints import ModelEndpoint, RequestCounts
+from mlserve.protocol.tensors import dumps_strict
 
-__all__ = ["MemoryEndpointStore", "SQLEndpointStore", "data_dir", "default_store_url", "open_store"]
+__all__ = [
+    "MONITOR_FIELDS",
+    "MemoryEndpointStore",
+    "SQLEndpointStore",
+    "data_dir",
+    "default_store_url",
+    "open_store",
+]
+
+MONITOR_FIELDS = ("current_stats", "drift_measures", "drift_status", "window", "results")
+"""The status fields the monitor owns (``write_windows``); the server never writes them."""
 
 MEMORY_URL = "memory://"
 
@@ -41,6 +59,15 @@ def open_store(url: str | None = None) -> MemoryEndpointStore | SQLEndpointStore
     return MemoryEndpointStore() if url == MEMORY_URL else SQLEndpointStore(url)
 
 
+def _with_monitoring(endpoint: ModelEndpoint, monitoring: dict[str, Any] | None) -> ModelEndpoint:
+    """The record with the monitor's fields of its last window (a copy)."""
+    if monitoring:
+        endpoint = endpoint.model_copy(
+            update={"status": endpoint.status.model_copy(update=monitoring)}
+        )
+    return endpoint
+
+
 def _with_counts(endpoint: ModelEndpoint, counts: RequestCounts | None) -> ModelEndpoint:
     endpoint = endpoint.model_copy(deep=True)
     if counts is not None:
@@ -57,6 +84,8 @@ class MemoryEndpointStore:
     def __init__(self) -> None:
         self._records: dict[str, ModelEndpoint] = {}
         self._counts: dict[str, RequestCounts] = {}
+        self._monitoring: dict[str, dict[str, Any]] = {}
+        self._partitions: dict[tuple[str, int], dict[str, Any]] = {}
 
     def upsert(self, endpoint: ModelEndpoint) -> None:
         self._records[endpoint.metadata.uid] = endpoint.model_copy(deep=True)
@@ -70,16 +99,37 @@ class MemoryEndpointStore:
         else:
             current.merge(counts)
 
+    def write_windows(
+        self,
+        results: dict[str, dict[str, Any]],
+        source: str = "",
+        partition: int = 0,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        """Each endpoint's monitor fields (``MONITOR_FIELDS``), and the partition's state."""
+        for uid, fields in results.items():
+            self._monitoring[uid] = _monitor_fields(fields)
+        if state is not None:
+            self._partitions[(source, partition)] = state
+
+    def partition_state(self, source: str, partition: int) -> dict[str, Any] | None:
+        return self._partitions.get((source, partition))
+
     def get(self, uid: str) -> ModelEndpoint | None:
         record = self._records.get(uid)
-        return None if record is None else _with_counts(record, self._counts.get(uid))
+        return None if record is None else self._full(uid, record)
 
     def list(self, project: str | None = None) -> list[ModelEndpoint]:
         return [
-            _with_counts(r, self._counts.get(uid))
+            self._full(uid, r)
             for uid, r in self._records.items()
             if project is None or r.metadata.project == project
         ]
+
+    def _full(self, uid: str, record: ModelEndpoint) -> ModelEndpoint:
+        return _with_monitoring(
+            _with_counts(record, self._counts.get(uid)), self._monitoring.get(uid)
+        )
 
     def close(self) -> None:
         """Nothing to release."""
@@ -107,8 +157,20 @@ class SQLEndpointStore:
             sa.Column("last_request", sa.String(40)),
             sa.Column("requests", sa.Integer, nullable=False, default=0),
             sa.Column("error_count", sa.Integer, nullable=False, default=0),
+            sa.Column("monitoring", sa.Text),
+        )
+        self._partitions = sa.Table(
+            "monitor_partitions",
+            metadata,
+            sa.Column("source", sa.String(512), primary_key=True),
+            sa.Column("partition", sa.Integer, primary_key=True),
+            sa.Column("state", sa.Text, nullable=False),
         )
         metadata.create_all(self._engine)
+        columns = {c["name"] for c in sa.inspect(self._engine).get_columns("model_endpoints")}
+        if "monitoring" not in columns:  # a store written before the monitor existed
+            with self._engine.begin() as conn:
+                conn.execute(sa.text("ALTER TABLE model_endpoints ADD COLUMN monitoring TEXT"))
 
     def upsert(self, endpoint: ModelEndpoint) -> None:
         sa, table = self._sa, self._table
@@ -157,6 +219,39 @@ class SQLEndpointStore:
                 )
             )
 
+    def write_windows(
+        self,
+        results: dict[str, dict[str, Any]],
+        source: str = "",
+        partition: int = 0,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        """Each endpoint's monitor fields (``MONITOR_FIELDS``) and the partition's state,
+        in one transaction: a monitor killed at any point leaves both or neither."""
+        import orjson
+
+        table = self._table
+        with self._engine.begin() as conn:
+            for uid, fields in results.items():
+                text = dumps_strict(_monitor_fields(fields)).decode()
+                conn.execute(table.update().where(table.c.uid == uid).values(monitoring=text))
+            if state is None:
+                return
+            parts = self._partitions
+            key = (parts.c.source == source) & (parts.c.partition == partition)
+            text = orjson.dumps(state).decode()
+            if conn.execute(parts.update().where(key).values(state=text)).rowcount == 0:
+                conn.execute(parts.insert().values(source=source, partition=partition, state=text))
+
+    def partition_state(self, source: str, partition: int) -> dict[str, Any] | None:
+        import orjson
+
+        parts = self._partitions
+        key = (parts.c.source == source) & (parts.c.partition == partition)
+        with self._engine.connect() as conn:
+            text = conn.execute(self._sa.select(parts.c.state).where(key)).scalar()
+        return None if text is None else dict(orjson.loads(text))
+
     def get(self, uid: str) -> ModelEndpoint | None:
         rows = self._select(self._table.c.uid == uid)
         return rows[0] if rows else None
@@ -180,7 +275,16 @@ def _stamp(when: datetime) -> str:
     return str(when.astimezone(UTC).isoformat(timespec="microseconds"))
 
 
+def _monitor_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(fields) - set(MONITOR_FIELDS)
+    if unknown:
+        raise ValueError(f"not a monitor field: {sorted(unknown)} (known: {MONITOR_FIELDS})")
+    return fields
+
+
 def _from_row(row: Any) -> ModelEndpoint:
+    import orjson
+
     endpoint = ModelEndpoint.model_validate_json(row.record)
     if row.first_request:
         counts = RequestCounts(
@@ -189,5 +293,5 @@ def _from_row(row: Any) -> ModelEndpoint:
             row.requests,
             row.error_count,
         )
-        return _with_counts(endpoint, counts)
-    return endpoint
+        endpoint = _with_counts(endpoint, counts)
+    return _with_monitoring(endpoint, orjson.loads(row.monitoring) if row.monitoring else None)

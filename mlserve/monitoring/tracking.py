@@ -191,6 +191,7 @@ def _register(
 
     name, version = str(obj.name or ""), str(getattr(obj, "version", "") or "")
     uid = endpoint_uid(server.project, server.function_name, server.function_tag, name, version)
+    reference = _reference(obj)
     endpoint = ModelEndpoint.model_validate(
         {
             "metadata": {
@@ -204,8 +205,9 @@ def _register(
                 "model_class": type(obj).__name__,
                 "model_uri": str(getattr(obj, "model_path", None) or ""),
                 "stream_path": url,
-                "feature_names": _names(getattr(obj, "inputs", None)),
+                "feature_names": _feature_names(_names(getattr(obj, "inputs", None)), reference),
                 "label_names": _names(getattr(obj, "outputs", None)),
+                "feature_stats": reference,
                 "monitoring_mode": "enabled" if url else "disabled",
             },
             "status": {
@@ -218,6 +220,31 @@ def _register(
     registry.register(endpoint)
     obj.model_endpoint_uid = uid
     return endpoint
+
+
+def _reference(obj: Any) -> dict[str, Any]:
+    """The model's training statistics: ``add_model(..., feature_stats=)`` (a dict of
+    ``feature_stats()``, or a DataFrame to compute it from), else a ``feature_stats.json``
+    beside the model file (docs/monitoring.md#reference-statistics)."""
+    from mlserve.monitoring.statistics import feature_stats, load_feature_stats
+
+    get_param = getattr(obj, "get_param", None)
+    given = get_param("feature_stats") if callable(get_param) else None
+    if given is None:
+        given = getattr(obj, "feature_stats", None)
+    if given is None and getattr(obj, "model_path", None):
+        given = load_feature_stats(str(obj.model_path))
+    if given is None:
+        return {}
+    return given if isinstance(given, dict) else feature_stats(given)
+
+
+def _feature_names(declared: list[str], reference: dict[str, Any]) -> list[str]:
+    """The names of the input columns: the declared inputs' when there is one per feature
+    of the reference (else they name tensors, e.g. one matrix), else the reference's."""
+    if reference and len(declared) != len(reference):
+        return list(reference)
+    return declared
 
 
 def _names(tensors: Any) -> list[str]:

@@ -29,7 +29,7 @@ from mlserve.server.repository import GraphRepository
 from mlserve.server.serving import Serving
 from mlserve.server.stats import find_models, model_stats
 
-__all__ = ["check_model_name", "handle", "install", "load_overrides", "model_config"]
+__all__ = ["check_model_name", "handle", "install", "load_overrides", "model_config", "one_model"]
 
 _MODEL_GET = re.compile(
     r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/(?P<what>stats|config)$"
@@ -75,7 +75,7 @@ def _get(server: Serving, path: str) -> Response | None:
         return None
     if match["what"] == "stats":
         return Response(model_stats(server, match["model"], match["version"]))
-    return Response(model_config(_one_model(server, match["model"], match["version"])))
+    return Response(model_config(one_model(server, match["model"], match["version"])))
 
 
 def _metrics(server: Serving) -> Response:
@@ -101,7 +101,7 @@ def _docs(server: Serving) -> Response:
 _GET_ROUTES = {"/metrics": _metrics, "/openapi.json": _openapi, "/docs": _docs}
 
 
-def _one_model(server: Serving, name: str, version: str | None) -> Any:
+def one_model(server: Serving, name: str, version: str | None) -> Any:
     """The model ``name`` of ``version``; without a version, the unversioned or highest one."""
     models = find_models(server, name, version)
     if version is None and len(models) > 1:

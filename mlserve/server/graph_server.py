@@ -42,6 +42,7 @@ from mlserve.protocol.tensors import (
     loads,
     split_binary_body,
 )
+from mlserve.server.console import install as install_console
 from mlserve.server.extensions import install as install_extensions
 from mlserve.server.inline import graph_runs_inline
 from mlserve.server.methods import method_refusal
@@ -282,6 +283,7 @@ class GraphServer:
                 self.context, namespace or getattr(self, "namespace", {}), self.load_mode
             )
         install_extensions(self)
+        install_console(self)  # the web console (docs/console.md)
         if self.track_models or self.tracking.get("enable_tracking"):
             from mlserve.monitoring import setup
 

@@ -32,19 +32,37 @@ import numpy as np
 from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.tensors import DATATYPES
 
-__all__ = ["CLIENT_LANGUAGES", "example_request", "generate_client", "is_verbose", "parse_upload"]
+__all__ = [
+    "CLIENT_LANGUAGES",
+    "example_infer_request",
+    "example_request",
+    "generate_client",
+    "is_verbose",
+    "parse_upload",
+]
 
 
 # ---- gen_json ------------------------------------------------------------------------
 
 
-def _example_value(spec: dict[str, Any]) -> Any:
+def _example_scalar(spec: dict[str, Any]) -> Any:
     datatype = spec.get("datatype", "FP32")
     value: Any = {"BYTES": "a", "BOOL": True}.get(datatype)
     if value is None:
         value = 1.0 if datatype in ("FP16", "FP32", "FP64", "BF16") else 1
-    for size in reversed((spec.get("shape") or [-1])[1:]):  # the first dimension is the batch
-        value = [value] * (size if size > 0 else 1)
+    return value
+
+
+def _instance_shape(spec: dict[str, Any]) -> list[int]:
+    """The shape of one instance: the declared one without its first (batch) dimension,
+    each -1 or unknown size 1."""
+    return [size if size > 0 else 1 for size in (spec.get("shape") or [-1])[1:]]
+
+
+def _example_value(spec: dict[str, Any]) -> Any:
+    value = _example_scalar(spec)
+    for size in reversed(_instance_shape(spec)):
+        value = [value] * size
     return value
 
 
@@ -60,6 +78,20 @@ def example_request(declared: list[dict[str, Any]], signature: str = "") -> dict
     if signature:
         body["signature_name"] = signature
     return body
+
+
+def example_infer_request(declared: list[dict[str, Any]]) -> dict[str, Any]:
+    """A V2 infer body for the declared inputs, one instance by ``example_request``'s
+    rules (the web console's sample, docs/console.md#data-endpoints)."""
+    if not declared:
+        raise InvalidInput("the model declares no inputs: there is no signature to build from")
+    inputs = []
+    for spec in declared:
+        shape = [1, *_instance_shape(spec)]
+        data = [_example_scalar(spec)] * int(np.prod(shape))
+        datatype = spec.get("datatype", "FP32")
+        inputs.append({"name": spec["name"], "datatype": datatype, "shape": shape, "data": data})
+    return {"inputs": inputs}
 
 
 # ---- gen_client ----------------------------------------------------------------------

@@ -213,6 +213,9 @@ def test_the_wheel_holds_the_whole_package(installed: Path) -> None:
     wheel = {p.relative_to(installed).as_posix() for p in (installed / "mlserve").rglob("*.py")}
     assert wheel == package
     assert (installed / "bin" / "mlserve").is_file()  # the console script of its entry points
+    page = {p.name for p in (ROOT / "mlserve" / "console").iterdir() if p.is_file()}
+    shipped = {p.name for p in (installed / "mlserve" / "console").iterdir()}
+    assert page and shipped == page  # the web console's files: package data, no Python
 
 
 def test_kubernetes_objects_validate_strictly(built: Path) -> None:

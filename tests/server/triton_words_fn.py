@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 import mlserve
+from mlserve.protocol.errors import InvalidInput
 
 
 class Scale(mlserve.V2ModelServer):
@@ -18,7 +19,11 @@ class Scale(mlserve.V2ModelServer):
         self.outputs = [{"name": "y", "datatype": "FP32", "shape": [-1, 2]}]
 
     def predict(self, request: dict[str, Any]) -> Any:
-        return {"y": np.asarray(request["inputs"], dtype=np.float32) * 2}
+        try:
+            rows = np.asarray(request["inputs"], dtype=np.float32)
+        except (TypeError, ValueError) as exc:  # rows of objects (records are the model's)
+            raise InvalidInput(f"input 'x' takes numbers: {exc}") from None
+        return {"y": rows * 2}
 
 
 class Pair(mlserve.V2ModelServer):
