@@ -451,8 +451,8 @@ def _monitor_parser(commands: Commands) -> None:
         "--grace",
         type=float,
         metavar="SECONDS",
-        help="how late a record may arrive and still join its window (default: 10, "
-        "at most half a window)",
+        help="how late a record may arrive and still join its window (default: a tenth "
+        "of the window, at most 10)",
     )
     cmd.add_argument(
         "--group",
