@@ -112,51 +112,18 @@ def test_reuse_infer_objects_program_passes(server: ServerProcess, protocol: str
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_http_model_control_program_fails_only_on_its_model_count(server: ServerProcess) -> None:
-    """It wants 7 models in the repository index, the gRPC one 8 (Triton's example
-    repository holds 8): it exits 1, silently, at that first check."""
-    assert len(httpclient.InferenceServerClient(server.address).get_model_repository_index()) == 8
-    done = run("simple_http_model_control", server)
-    assert (done.returncode, done.stdout, done.stderr) == (1, "", "")
-
-
-def test_the_http_model_control_programs_checks_after_the_count_pass(
-    server: ServerProcess,
-) -> None:
-    """What it checks after the count, which it does not reach."""
-    client = httpclient.InferenceServerClient(server.address)
-    try:
-        client.load_model("simple")
-        assert client.is_model_ready("simple")
-        with pytest.raises(httpclient.InferenceServerException, match="failed to load"):
-            client.load_model(
-                "simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}'
-            )
-        client.load_model("simple", config='{"max_batch_size":"16"}')
-        assert client.get_model_config("simple")["max_batch_size"] == 16
-        client.unload_model("simple")
-        assert not client.is_model_ready("simple")
-    finally:
-        client.load_model("simple")
-
-
-def test_grpc_model_control_program_fails_only_on_a_file_override(server: ServerProcess) -> None:
-    """Its loads, config override and unload pass; then it loads with a ``file:``
-    override and wants Triton's INTERNAL "failed to poll from model repository" (its
-    own TODO says INVALID_ARGUMENT is the right code): mlserve has no file overrides
-    and answers INVALID_ARGUMENT, and stays live. ``simple`` is loaded again after,
-    for the others."""
-    try:
-        done = run("simple_grpc_model_control", server)
-    finally:
-        httpclient.InferenceServerClient(server.address).load_model("simple")
-    assert (done.returncode, done.stdout, done.stderr) == (
-        1,
-        "FAILED: expected status 'StatusCode.INTERNAL' for oversized file parameter, "
-        "got status='StatusCode.INVALID_ARGUMENT'\n",
-        "",
+def test_http_model_control_program_passes_on_a_repository_of_seven() -> None:
+    """It counts 7 models in the repository index where the gRPC one counts 8 (Triton's
+    two programs disagree): against Triton's example models but one, it passes: its
+    loads, a refused config, a config override it reads back, an unload."""
+    served = start_server(
+        "--model-control-mode", "explicit", target="tests/server/triton_seven_models.py"
     )
-    assert grpcclient.InferenceServerClient(server.grpc_address).is_server_live()
+    try:
+        done = run("simple_http_model_control", served)
+    finally:
+        served.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("face", ["http", "grpc"])

@@ -23,7 +23,7 @@ from mlserve.core.events import Event, Response
 from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.core.version import __version__
 from mlserve.graph.routers import highest_version
-from mlserve.protocol.errors import Forbidden, InvalidInput, ModelNotFound
+from mlserve.protocol.errors import Forbidden, InvalidInput, MLServeError, ModelNotFound
 from mlserve.protocol.tensors import loads
 from mlserve.server.repository import GraphRepository
 from mlserve.server.serving import Serving
@@ -188,6 +188,13 @@ def load_overrides(name: str, body: object) -> dict[str, Any] | None:
     if not isinstance(parameters, dict):
         raise InvalidInput(f"failed to load '{name}': 'parameters' is an object")
     for key in parameters:
+        if key.startswith("file:"):  # Triton's words and status for a file it cannot write
+            shown = key if len(key) <= 48 else key[:45] + "..."
+            raise MLServeError(
+                f"failed to poll from model repository: failed to load '{name}': file "
+                f"override '{shown}' has no counterpart in mlserve (model files come from "
+                "the repository)"
+            )
         if key != "config":
             raise InvalidInput(
                 f"failed to load '{name}': load parameter '{key}' has no counterpart in "

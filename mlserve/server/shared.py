@@ -8,10 +8,10 @@ worker before the call returns. The supervisor relays it, over one Unix
 socket pair per worker (newline-delimited JSON):
 
     worker -> supervisor   {"kind": "hello", "pid"}                   (its models built)
-    supervisor -> worker   {"kind": "replay", "ops": [[op, name]...]} (the state so far)
+    supervisor -> worker   {"kind": "replay", "ops": [[op, name, overrides]...]} (the state)
     worker -> supervisor   {"kind": "serving"}                        (it listens)
-    worker -> supervisor   {"kind": "request", "id", "op": "load"|"unload", "name"}
-    supervisor -> workers  {"kind": "command", "seq", "op", "name"}   (every worker)
+    worker -> supervisor   {"kind": "request", "id", "op": "load"|"unload", "name", "overrides"}
+    supervisor -> workers  {"kind": "command", "seq", "op", "name", "overrides"} (every worker)
     worker -> supervisor   {"kind": "ack", "seq", "error"}
     supervisor -> worker   {"kind": "reply", "id", "error"}           (once all acked)
     supervisor -> workers  {"kind": "workers", "serving", "workers", "restarts", "unready"}
@@ -88,6 +88,8 @@ class _Command:
     seq: int
     op: str
     name: str
+    overrides: dict[str, Any] | None
+    """A load's config override (docs/repository.md#loading-with-a-config-override)."""
     waiting: set[int]
     failures: dict[int, Any] = field(default_factory=dict)
     applied: int = 0
@@ -106,7 +108,8 @@ class StateRelay:
         self._seqs = itertools.count()
         self._queue: deque[tuple[int, dict[str, Any]]] = deque()
         self._current: _Command | None = None
-        self._state: dict[str, str] = {}  # model name -> the last op applied, oldest first
+        # model name -> the last op applied and its overrides, oldest first
+        self._state: dict[str, tuple[str, dict[str, Any] | None]] = {}
         self._restarts = 0
         self._inbox: deque[tuple[str, Any]] = deque()  # from the supervisor's thread
         self._wake_reader, self._wake_writer = socket.socketpair()
@@ -173,7 +176,7 @@ class StateRelay:
         peer, kind, current = self._peers[peer_id], message["kind"], self._current
         if kind == "hello":
             peer.joined, peer.pid = True, message["pid"]
-            ops = [[op, name] for name, op in self._state.items()]
+            ops = [[op, name, overrides] for name, (op, overrides) in self._state.items()]
             self._write(peer_id, {"kind": "replay", "ops": ops})
             self._write(peer_id, self._status())
             if current is not None:  # under way: this worker applies it too, after the replay
@@ -216,7 +219,15 @@ class StateRelay:
     def _dispatch(self, origin: int, request: dict[str, Any]) -> None:
         joined = [peer_id for peer_id, peer in self._peers.items() if peer.joined]
         seq = next(self._seqs)
-        command = _Command(origin, request["id"], seq, request["op"], request["name"], set(joined))
+        command = _Command(
+            origin,
+            request["id"],
+            seq,
+            request["op"],
+            request["name"],
+            request.get("overrides"),
+            set(joined),
+        )
         self._current = command
         for peer_id in joined:
             self._write(peer_id, self._command_message(command))
@@ -225,7 +236,7 @@ class StateRelay:
         self._current = None
         if command.applied:  # some worker changed: a worker starting later replays it
             self._state.pop(command.name, None)
-            self._state[command.name] = command.op
+            self._state[command.name] = (command.op, command.overrides)
         failures = command.failures
         error = failures.get(command.origin) or next(iter(failures.values()), None)
         if command.origin in self._peers:
@@ -233,7 +244,13 @@ class StateRelay:
 
     @staticmethod
     def _command_message(command: _Command) -> dict[str, Any]:
-        return {"kind": "command", "seq": command.seq, "op": command.op, "name": command.name}
+        return {
+            "kind": "command",
+            "seq": command.seq,
+            "op": command.op,
+            "name": command.name,
+            "overrides": command.overrides,
+        }
 
     def _status(self) -> dict[str, Any]:
         serving = sum(peer.serving for peer in self._peers.values())
@@ -296,9 +313,9 @@ class SupervisorLink:
         self._send({"kind": "hello", "pid": os.getpid()})
         for message in self._incoming:
             if message["kind"] == "replay":
-                for op, name in message["ops"]:
-                    if not (op == "load" and self._ready(name)):  # built as it is already
-                        self._apply(op, name)
+                for op, name, overrides in message["ops"]:
+                    if not (op == "load" and not overrides and self._ready(name)):  # built so
+                        self._apply(op, name, overrides)
                 break
             self._handle(message)
         else:
@@ -312,13 +329,16 @@ class SupervisorLink:
         except OSError:  # the supervisor is gone: the listener stops this worker
             logger.warning("the worker supervisor is gone")
 
-    async def relay(self, op: str, name: str) -> None:
-        """Have every worker apply ``op`` to ``name``; raise the error one of them raised."""
+    async def relay(self, op: str, name: str, overrides: dict[str, Any] | None = None) -> None:
+        """Have every worker apply ``op`` to ``name`` (a load with ``overrides``, its config
+        override); raise the error one of them raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         request_id = next(self._ids)
         self._pending[request_id] = (loop, future)
-        self._send({"kind": "request", "id": request_id, "op": op, "name": name})
+        self._send(
+            {"kind": "request", "id": request_id, "op": op, "name": name, "overrides": overrides}
+        )
         try:
             error = await asyncio.wait_for(future, REPLY_TIMEOUT_SECONDS)
         finally:
@@ -351,7 +371,7 @@ class SupervisorLink:
             if loop is not None and future is not None:
                 loop.call_soon_threadsafe(_settle, future, message["error"])
         elif kind == "command":
-            error = self._apply(message["op"], message["name"])
+            error = self._apply(message["op"], message["name"], message.get("overrides"))
             self._send({"kind": "ack", "seq": message["seq"], "error": error})
         elif kind == "workers":
             self.unready = message["unready"]
@@ -370,13 +390,17 @@ class SupervisorLink:
         )
         return bool(entries) and all(e["state"] == "READY" for e in entries)
 
-    def _apply(self, op: str, name: str) -> dict[str, Any] | None:
+    def _apply(
+        self, op: str, name: str, overrides: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """Run one relayed load/unload on this worker's own repository."""
         try:
             if self.repository is None:
                 raise errors.ModelNotFound(f"no model repository: cannot {op} {name}")
             repository = self.repository
-            asyncio.run(repository.load(name) if op == "load" else repository.unload(name))
+            asyncio.run(
+                repository.load(name, overrides) if op == "load" else repository.unload(name)
+            )
         except Exception as exc:
             if errors.status_of(exc) == 500:  # a fault; a failed load logged its own reason
                 logger.exception("%s of %s failed in worker %d", op, name, os.getpid())
@@ -398,12 +422,7 @@ class SharedRepository:
         return self.inner.index()
 
     async def load(self, name: str, overrides: dict[str, Any] | None = None) -> None:
-        if overrides:  # the relay replays loads by name only
-            raise errors.InvalidInput(
-                f"failed to load '{name}': a config override needs a server of one worker "
-                "(docs/repository.md#loading-with-a-config-override)"
-            )
-        await self._link.relay("load", name)
+        await self._link.relay("load", name, overrides)
 
     async def unload(self, name: str) -> None:
         await self._link.relay("unload", name)

@@ -101,11 +101,12 @@ def test_grpc_load_applies_a_config_and_refuses_files(repository: ServerProcess)
     client = grpcclient.InferenceServerClient(repository.grpc_address)
     invalid = "StatusCode.INVALID_ARGUMENT"
     refused(lambda: client.load_model("m", config="{"), "not valid JSON", invalid)
-    files = {"file:1/model.json": b"{}"}
+    files = {"file:1/model.json": b"{}"}  # answered as Triton answers a file it cannot write
     refused(
         lambda: client.load_model("m", config="{}", files=files),
+        "failed to poll from model repository: failed to load 'm': file override "
         "'file:1/model.json'",
-        "StatusCode.INVALID_ARGUMENT",
+        "StatusCode.INTERNAL",
     )
     config = '{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 500}}'
     client.load_model("m", config=config)

@@ -99,6 +99,25 @@ def test_a_worker_that_joins_later_replays_the_loads_and_unloads() -> None:
         server.wait_for_completion()
 
 
+def test_a_load_with_a_config_override_reaches_every_worker_and_a_later_one() -> None:
+    """Triton's ``load_model(name, config=...)`` through one worker: every worker, and one
+    that starts later, serves the model with the override
+    (docs/repository.md#loading-with-a-config-override)."""
+    relay = StateRelay(workers=2).start()
+    first, _ = _worker(relay)
+    second, _ = _worker(relay)
+    assert first.repository is not None
+    asyncio.run(first.repository.load("double", {"max_batch_size": 16}))
+    restarted, _ = _worker(relay)
+    for server in (first, second, restarted):
+        config = server.test("/v2/models/double/config", method="GET")
+        assert config["max_batch_size"] == 16 and _serves(server, "double")
+    asyncio.run(second.repository.load("double"))  # type: ignore[union-attr]
+    for server in (first, second, restarted):  # a load without a config goes back
+        assert server.test("/v2/models/double/config", method="GET")["max_batch_size"] == 0
+        server.wait_for_completion()
+
+
 def test_every_worker_hears_the_restart_count_and_how_many_serve() -> None:
     relay = StateRelay(workers=2, ready_min_workers=2).start()
     first, first_link = _worker(relay)
