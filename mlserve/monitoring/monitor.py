@@ -222,7 +222,6 @@ class Monitor:
         self._retired = dict(self.counts)  # the counts of partitions given up
         self.windows_written = 0
         self.application_errors: dict[str, int] = {}
-        self._endpoints: dict[str, ModelEndpoint] = {}
         self.store_url = ""
         self._unmatched: set[str] = set()  # endpoints told their inputs match no feature
         self._unreferenced: set[str] = set()  # endpoints told they have no reference
@@ -311,9 +310,7 @@ class Monitor:
         closes = []
         for partition, part in self.partitions.items():
             boundary = part.due(now)
-            if boundary > part.boundary or any(
-                start + part.window <= boundary for _, start in part.open
-            ):
+            if boundary > part.boundary:
                 closes.append((partition, part.close(boundary)))
         for key, before in self.counts.items():
             now_counted = self._retired[key] + sum(p.counts[key] for p in self.partitions.values())
@@ -447,7 +444,6 @@ class Monitor:
                 }
             )
             self.store.upsert(endpoint)
-        self._endpoints[uid] = endpoint
         return endpoint
 
     # ---- publish ----------------------------------------------------------------------

@@ -23,13 +23,13 @@ from collections.abc import Callable
 from itertools import accumulate, islice, repeat
 from math import inf
 from operator import add
-from pathlib import Path
 from typing import Any, NamedTuple, Protocol
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
 from mlserve.core.kafka_config import confluent, consumer_config
+from mlserve.monitoring.streams.file import path_of
 from mlserve.monitoring.streams.kafka import DEFAULT_TOPIC
-from mlserve.monitoring.streams.redis import DEFAULT_STREAM
+from mlserve.monitoring.streams.redis import stream_address
 
 __all__ = [
     "check_source",
@@ -106,13 +106,6 @@ def _opener(url: str) -> Any:
     return opener
 
 
-def _file_path(url: str) -> Path:
-    if url.startswith("file://"):
-        parts = urlsplit(url)
-        url = parts.netloc + parts.path
-    return Path(os.path.expanduser(url)).absolute()
-
-
 class FileSource:
     """Tails a JSON-lines file another process appends to; only complete lines count.
 
@@ -121,7 +114,7 @@ class FileSource:
     """
 
     def __init__(self, url: str, group: str = DEFAULT_GROUP) -> None:
-        self.path = _file_path(url)
+        self.path = path_of(url).absolute()
         self.name = f"file:{self.path}"
         self.offset_path = self.path.with_name(f"{self.path.name}.{group}.offset")
         self.on_revoke: RevokeCallback | None = None
@@ -250,8 +243,7 @@ class RedisSource:
     ) -> None:
         redis = _redis()
         parts = urlsplit(url)
-        self.stream = stream or parse_qs(parts.query).get("stream", [DEFAULT_STREAM])[0]
-        self.stream = self.stream or DEFAULT_STREAM
+        self.stream, address = stream_address(url, stream)
         host = f"{parts.hostname or 'localhost'}{f':{parts.port}' if parts.port else ''}"
         self.name = f"redis://{host}{parts.path or '/0'}?stream={self.stream}"  # no password
         self.position_key = f"{self.stream}:{group}:position"
@@ -261,7 +253,6 @@ class RedisSource:
         client_args["decode_responses"] = False
         socket_timeout = client_args["socket_timeout"]  # a block must end before it
         self._longest_block = inf if socket_timeout is None else max(0.0, socket_timeout - 1.0)
-        address = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
         self._client = redis.Redis.from_url(address, **client_args)
         self._down = (redis.ConnectionError, redis.TimeoutError)
         self._last: str | None = None  # read from the committed key on the first poll

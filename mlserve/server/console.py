@@ -214,7 +214,7 @@ def overview(server: Serving, state: ConsoleState) -> dict[str, Any]:
     info = {
         "name": "mlserve",
         "version": __version__,
-        "function": server.function_uri.rpartition("/")[2].partition(":")[0],
+        "function": server.function_name,
         "project": server.project,
         "model_control": "explicit" if server.model_control else "none",
         "auth": state.auth,

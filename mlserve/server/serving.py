@@ -47,6 +47,7 @@ class Serving(Protocol):
     track_models: bool
     tracking: dict[str, Any]
     function_uri: str
+    function_name: str
     project: str
     repository: ModelRepository | None
     shared_memory: SharedMemoryRegions

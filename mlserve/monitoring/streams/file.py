@@ -9,10 +9,11 @@ from urllib.parse import urlsplit
 
 from mlserve.protocol.tensors import dumps_strict
 
-__all__ = ["FileStream"]
+__all__ = ["FileStream", "path_of"]
 
 
-def _path_of(url: str) -> Path:
+def path_of(url: str) -> Path:
+    """The file of ``file://path`` or of a plain path (``~`` expanded)."""
     if url.startswith("file://"):
         parts = urlsplit(url)
         url = parts.netloc + parts.path
@@ -25,7 +26,7 @@ class FileStream:
     uses_keys = False  # push_json's keys (model names) are not written: the pusher keeps none
 
     def __init__(self, url: str, **args: object) -> None:
-        self.path = _path_of(url)
+        self.path = path_of(url)
         self._file: Any = None
 
     def push(self, records: list[dict[str, Any]]) -> None:

@@ -11,9 +11,17 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from mlserve.protocol.tensors import dumps_strict
 
-__all__ = ["RedisStream"]
+__all__ = ["RedisStream", "stream_address"]
 
 DEFAULT_STREAM = "mlserve-model-logs"
+
+
+def stream_address(url: str, stream: str | None = None) -> tuple[str, str]:
+    """The stream of ``url`` (``stream``, else its ``?stream=``, else the default) and the
+    address Redis is reached at (the URL without its query)."""
+    parts = urlsplit(url)
+    stream = stream or parse_qs(parts.query).get("stream", [DEFAULT_STREAM])[0] or DEFAULT_STREAM
+    return stream, urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
 class RedisStream:
@@ -24,13 +32,10 @@ class RedisStream:
     ) -> None:
         import redis
 
-        parts = urlsplit(url)
-        query = parse_qs(parts.query)
-        self.stream = stream or query.get("stream", [DEFAULT_STREAM])[0] or DEFAULT_STREAM
+        self.stream, address = stream_address(url, stream)
         self.maxlen = maxlen
         client_args.setdefault("socket_timeout", 5.0)
         client_args.setdefault("socket_connect_timeout", 5.0)
-        address = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
         self._client = redis.Redis.from_url(address, **client_args)
 
     def push(self, records: list[dict[str, Any]]) -> None:
