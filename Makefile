@@ -61,11 +61,15 @@ serve-tf: install
 test: install system-deps
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest -q -p no:cacheprovider
 
-# mlrun's own serving tests, imports mapped to mlserve (issue 11; ../shared/conformance/mlrun).
+# mlrun's own serving tests, imports mapped to mlserve (issue 11; ../shared/conformance/mlrun),
+# then mlrun's streaming tests (conformance/mlrun, through the same rewrite): each prints
+# its own "mlrun-port...: P passed, F failed, S skipped" line; either failing fails the target.
 CONFORMANCE ?= ../shared/conformance/mlrun/run.sh
 .PHONY: conformance
 conformance: install
-	PYTHONPATH=$(CURDIR) TF_CPP_MIN_LOG_LEVEL=2 bash $(CONFORMANCE)
+	@PYTHONPATH=$(CURDIR) TF_CPP_MIN_LOG_LEVEL=2 bash $(CONFORMANCE); shared=$$?; \
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python conformance/mlrun/run.py; ours=$$?; \
+	exit $$(( shared || ours ))
 
 lint: install
 	$(BIN)/ruff check mlserve tests benchmarks examples tools
@@ -73,13 +77,18 @@ lint: install
 	$(BIN)/mypy mlserve
 
 # docs/images/layers.dot and .svg, drawn from the package's imports (docs/architecture.md;
-# tests/test_layers.py checks the committed DOT matches the code).
+# tests/test_layers.py checks the committed DOT matches the code), and the streamed
+# request's sequence, docs/images/streaming.svg (docs/streaming.md), and the waterfall
+# of a recorded trace, docs/images/trace.svg (docs/observability.md; `python -m
+# tools.trace_picture --record` records its spans again from a real run).
 docs-images: install
 	$(BIN)/python -m tools.layers
+	$(BIN)/python -m tools.sequence
+	$(BIN)/python -m tools.trace_picture
 
 # docs/images/console-*.png: the console's browser tests, saving their screenshots.
 docs-console-images: install system-deps
-	MLSERVE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_console_browser.py -q -p no:cacheprovider
+	MLSERVE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_console_browser.py tests/console/test_console_explain.py -q -p no:cacheprovider
 
 bench: install system-deps
 	$(BIN)/python -m benchmarks

@@ -208,14 +208,17 @@ def check_answer(server: Server, port: int, form: str) -> None:
             raise RuntimeError(f"{server.name} answered {values} to {client}'s {form} request")
 
 
-def h2load(port: int, body: Path, connections: int, duration: float) -> dict[str, Any]:
-    """``h2load`` against ModelInfer: requests/s, latency percentiles (us), failures."""
+def h2load(
+    port: int, body: Path, connections: int, duration: float, path: str = INFER_PATH
+) -> dict[str, Any]:
+    """``h2load`` against ModelInfer (or the gRPC method at ``path``): requests/s,
+    latency percentiles (us), failures."""
     if shutil.which("h2load") is None:
         raise SystemExit("h2load is not installed: run `make system-deps` (nghttp2-client)")
     with tempfile.NamedTemporaryFile(prefix="bench-h2load-", suffix=".log") as log:
         argv = ["h2load", "-D", f"{duration:g}", "-c", str(connections), "-m", "1"]
         argv += ["-d", str(body), "-H", "content-type: application/grpc", "-H", "te: trailers"]
-        argv += [f"--log-file={log.name}", f"http://127.0.0.1:{port}{INFER_PATH}"]
+        argv += [f"--log-file={log.name}", f"http://127.0.0.1:{port}{path}"]
         out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         lines = Path(log.name).read_text().splitlines()
     latencies = sorted(int(line.split("\t")[2]) for line in lines if line.count("\t") == 2)

@@ -116,10 +116,17 @@ def _mlserve(port: int, workdir: Path) -> list[str]:
     return [sys.executable, "-m", "mlserve", "serve", model, "--port", str(port)]
 
 
-def mlserver_start(workdir: Path, http_port: int, grpc_port: int) -> list[str]:
-    """``mlserver start`` of a folder serving the echo model on these ports. One process:
+def mlserver_start(
+    workdir: Path,
+    http_port: int,
+    grpc_port: int,
+    source: str = "mlserver_model.py",
+    model: tuple[str, str] = ("echo", "mlserver_model.Echo"),
+) -> list[str]:
+    """``mlserver start`` of a folder serving ``model`` (name, class) of
+    benchmarks/servers/``source`` (default: the echo model) on these ports. One process:
     parallel_workers=0 runs inference in the server process (no IPC hop)."""
-    (workdir / "mlserver_model.py").write_text((HERE / "servers" / "mlserver_model.py").read_text())
+    (workdir / source).write_text((HERE / "servers" / source).read_text())
     settings = {
         "debug": False,
         "host": "127.0.0.1",
@@ -129,8 +136,8 @@ def mlserver_start(workdir: Path, http_port: int, grpc_port: int) -> list[str]:
         "parallel_workers": 0,
     }
     (workdir / "settings.json").write_text(json.dumps(settings))
-    model = {"name": "echo", "implementation": "mlserver_model.Echo"}
-    (workdir / "model-settings.json").write_text(json.dumps(model))
+    model_settings = {"name": model[0], "implementation": model[1]}
+    (workdir / "model-settings.json").write_text(json.dumps(model_settings))
     return [str(ENVS / "mlserver" / "bin" / "mlserver"), "start", str(workdir)]
 
 

@@ -19,9 +19,12 @@ if _typing.TYPE_CHECKING:
     from mlserve.function.mock import deploy_function
     from mlserve.graph.ensembles import ParallelRun, VotingEnsemble
     from mlserve.graph.flow import ErrorStep, FlowStep, RootFlowStep
+    from mlserve.graph.model_step import Model
     from mlserve.graph.queues import QueueConsumer, QueueStep
+    from mlserve.graph.rollout import RolloutPolicy
     from mlserve.graph.routers import BaseModelRouter, ModelRouter
     from mlserve.graph.steps import RouterStep, TaskStep
+    from mlserve.graph.streaming import Collector
     from mlserve.model import V2ModelServer
     from mlserve.server.graph_server import GraphServer, ServingRequestError, create_graph_server
 
@@ -42,17 +45,20 @@ _SUBMODULES = (
 
 __all__ = [
     "BaseModelRouter",
+    "Collector",
     "ErrorStep",
     "Event",
     "FlowStep",
     "GraphContext",
     "GraphServer",
     "MockEvent",
+    "Model",
     "ModelRouter",
     "ParallelRun",
     "QueueConsumer",
     "QueueStep",
     "Response",
+    "RolloutPolicy",
     "RootFlowStep",
     "RouterStep",
     "ServingFunction",

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from mlserve.core import tracing
 from mlserve.core.aio import in_thread, run_in_threadpool
 from mlserve.core.stats import ModelStats
 from mlserve.protocol.errors import ModelError, TooManyRequests
@@ -54,7 +55,8 @@ _ENCODING_PARAMETERS = ("binary_data_output",)
 class _Pending:
     """One waiting request: a slotted class, made once per request (cheaper than a dataclass)."""
 
-    __slots__ = ("future", "request", "rows")
+    __slots__ = ("future", "request", "rows", "span")
+    span: Any  # the request's span context, set only when tracing
 
     def __init__(self, request: InferenceRequest, rows: int, future: asyncio.Future[Any]) -> None:
         self.request = request
@@ -207,7 +209,10 @@ class Batcher:
             )
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._join(loop, key, _Pending(request, rows, future))
+        pending = _Pending(request, rows, future)
+        if tracing.on:  # the batch's span links to this request's (docs/observability.md#tracing)
+            pending.span = tracing.span_context()
+        self._join(loop, key, pending)
         if self._running < self.num_batch_threads:  # else the running batch's end starts it
             self._start_due(loop)
         return await future
@@ -260,7 +265,10 @@ class Batcher:
         started = time.perf_counter_ns()
         try:
             request = items[0].request if len(items) == 1 else merge(items)
-            result = await self._call(request)
+            if tracing.on:
+                result = await self._traced_call(request, batch)
+            else:
+                result = await self._call(request)
             parts = [result] if len(items) == 1 else split(result, [item.rows for item in items])
         except Exception as exc:
             for item in items:
@@ -286,6 +294,15 @@ class Batcher:
 
     async def _call(self, request: object) -> Any:
         return await in_thread(self.predict, request)
+
+    async def _traced_call(self, request: object, batch: _Batch) -> Any:
+        """``_call`` in a ``batch {model}`` span linked to each batched request's span."""
+        name = str(getattr(getattr(self.predict, "__self__", None), "name", ""))
+        links = [item.span for item in batch.items if getattr(item, "span", None) is not None]
+        attributes = {"mlserve.model": name, "mlserve.batch.size": len(batch.items)}
+        attributes["mlserve.batch.rows"] = batch.rows
+        with tracing.span(f"batch {name}", attributes, links=links):
+            return await self._call(request)
 
 
 class BatchingRunner:

@@ -235,6 +235,7 @@ def serve(args: argparse.Namespace) -> None:
             f"--ready-min-workers {args.ready_min_workers} must be from 1 to "
             f"--workers ({args.workers})"
         )
+    _configure_logs(args)
     if args.workers > 1:
         command = runner.worker_command(args.argv)
         raise SystemExit(runner.supervise(command, args.workers, args.ready_min_workers))
@@ -242,6 +243,7 @@ def serve(args: argparse.Namespace) -> None:
         logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     server = build_server(args)
     server.limits = limits
+    _setup_tracing(args, server)  # each worker of --workers N: its own exporter
     link = share_model_state(server)  # a worker of --workers N: its model state and readiness
     trigger = _start_kafka(args, server) if args.kafka else None
     grpc = f" and grpc://{args.host}:{args.grpc_port}" if args.grpc_port else ""
@@ -299,6 +301,27 @@ def serve(args: argparse.Namespace) -> None:
             monitor.stop()
     if trigger is not None and trigger.error is not None:
         raise SystemExit(f"mlserve: the Kafka trigger failed: {trigger.error}")
+
+
+def _configure_logs(args: argparse.Namespace) -> None:
+    """``--log-format`` and ``--access-log`` (docs/observability.md#logs)."""
+    from mlserve.core.request_log import configure
+
+    log_format = args.log_format or os.environ.get("MLSERVE_LOG_FORMAT") or "text"
+    if log_format not in ("text", "json"):
+        raise UsageError(f"MLSERVE_LOG_FORMAT={log_format}: use text or json")
+    configure(log_format, args.access_log)
+
+
+def _setup_tracing(args: argparse.Namespace, server: GraphServer) -> None:
+    """Spans to an OTLP collector when an endpoint is set (docs/observability.md#tracing)."""
+    from mlserve.monitoring.otel import setup_tracing, wanted
+
+    if wanted(args.otel_endpoint):
+        try:
+            setup_tracing(args.otel_endpoint, args.otel_protocol, server.function_name or None)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def _embedded_monitor(args: argparse.Namespace, server: GraphServer) -> MonitorProcess | None:
@@ -481,7 +504,14 @@ def _start_kafka(args: argparse.Namespace, server: GraphServer) -> KafkaTrigger:
     from mlserve.kafka import KafkaTrigger, TriggerOptions, parse_source
 
     topic, brokers = parse_source(args.kafka)
-    options = TriggerOptions(topic, brokers, args.group, args.output_topic, args.dead_letter_topic)
+    options = TriggerOptions(
+        topic,
+        brokers,
+        args.group,
+        args.output_topic,
+        args.dead_letter_topic,
+        stream_output=args.stream_output,
+    )
     # A consumer that failed ends the process (non-zero): its pod restarts, its partitions move.
     trigger = KafkaTrigger(server, options, lambda: os.kill(os.getpid(), signal.SIGTERM))
     trigger.start()  # stopped once the HTTP face drained (run_server's `drained`)
@@ -662,6 +692,27 @@ def _serve_parser(commands: Commands) -> None:
         default="info",
         help="the server's log level (default info)",
     )
+    cmd.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="text, or json: one object per line (default text; env MLSERVE_LOG_FORMAT)",
+    )
+    cmd.add_argument(
+        "--access-log", action="store_true", help="log one line per request (default off)"
+    )
+    cmd.add_argument(
+        "--otel-endpoint",
+        metavar="URL",
+        help="export OpenTelemetry spans to this OTLP collector "
+        "(default: env OTEL_EXPORTER_OTLP_ENDPOINT; none: no tracing)",
+    )
+    cmd.add_argument(
+        "--otel-protocol",
+        choices=["http/protobuf", "grpc"],
+        default=None,
+        help="OTLP over HTTP/protobuf (default; 4318) or gRPC (4317)",
+    )
     cmd.add_argument("--model-config", help="repository: YAML or TF Serving model_config_list")
     cmd.add_argument(
         "--poll-interval",
@@ -692,6 +743,13 @@ def _serve_parser(commands: Commands) -> None:
     cmd.add_argument("--output-topic", help="where results go, keyed as their input")
     cmd.add_argument(
         "--dead-letter-topic", help="where failed messages go (default: TOPIC-dead-letter)"
+    )
+    cmd.add_argument(
+        "--stream-output",
+        choices=("chunks", "joined"),
+        default="chunks",
+        help="a streamed answer: one message per chunk and a final marker (default), "
+        "or one message of the chunks joined (with --kafka)",
     )
     cmd.add_argument(
         "--track",

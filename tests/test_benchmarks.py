@@ -54,6 +54,27 @@ def test_the_http_load_measures_mlserve_and_the_floor_in_every_request_form() ->
     assert "ERRORS" not in done.stdout
 
 
+@pytest.mark.skipif(
+    shutil.which("wrk") is None or shutil.which("h2load") is None,
+    reason="wrk and h2load are installed by make system-deps",
+)
+def test_the_streaming_benchmark_measures_both_faces_and_checks_every_chunk() -> None:
+    argv = ["--servers", "mlserve", "--duration", "1", "--warmup", "1", "--repeat", "1"]
+    argv += ["--ttfc-streams", "3", "--chunks", "20", "--no-doc"]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.streaming", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| mlserve")]
+    assert [line.split(" | ")[1] for line in rows] == ["sse", "sse", "grpc", "grpc"], rows
+    assert all(line.endswith("| 0 |") for line in rows), rows  # no stream short of a chunk
+
+
 def test_the_goals_of_every_section_are_collected_in_one_table() -> None:
     from benchmarks.__main__ import goals_summary
 
@@ -175,3 +196,49 @@ def test_the_console_step_measures_its_three_cases_in_its_quick_round() -> None:
     (watched,) = [line for line in rows if line.startswith("| console open, 3 pages polling |")]
     assert int(watched.split("|")[-2]) >= 6, watched  # 3 pages, 2 calls a tick, 1 tick at least
     assert "- serving with the console open (3 pages polling)" in done.stdout
+
+
+def test_the_explain_step_measures_both_models_against_shap_in_its_quick_round() -> None:
+    """``make bench``'s quick round of the explain step: each model explained over HTTP
+    and by shap in-process, mlserve's values checked against shap's own."""
+    from benchmarks.__main__ import QUICK
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.explain", *QUICK["explain"], "--no-doc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert any(
+        line.startswith("| XGBoost, 100 trees, depth 6 (tree explainer) | 1 |") for line in rows
+    )
+    assert any(line.startswith("| scikit-learn MLP 20-32-3 (permutation") for line in rows), rows
+    assert done.stdout.count("- explain over HTTP, time per row of shap's in-process") == 2
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by make system-deps")
+def test_the_tracing_step_measures_the_baseline_off_and_on_in_its_quick_round() -> None:
+    """``make bench``'s quick round of the tracing step: the baseline, off, and on with
+    every request's spans reaching the receiver."""
+    from benchmarks.__main__ import QUICK
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.tracing", *QUICK["tracing"], "--no-doc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {
+        line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line[:2] == "| "
+    }
+    assert {"baseline", "off", "on"} <= rows.keys(), rows
+    spans = float(rows["on"].split("|")[-2])
+    assert spans >= 1, rows["on"]  # every request sampled: its server span at least
+    assert "- on at most 10 % below off, requests/s on/off: " in done.stdout

@@ -116,6 +116,16 @@ def test_serving_md_python_blocks_run_in_order(in_tmp: Path) -> None:
         urlopen(namespace["url"] + "/v2/health/live", timeout=5)
 
 
+def test_streaming_md_python_blocks_run_in_order(in_tmp: Path) -> None:
+    namespace = _run_guide("streaming.md", 6)
+    assert namespace["received"] == ["first"]
+    assert namespace["record"]["chunks"] == 3
+
+
+def test_explain_md_python_blocks_run_in_order(in_tmp: Path) -> None:
+    _run_guide("explain.md", 3)
+
+
 def test_migrating_from_mlrun_md_python_blocks_run_in_order(in_tmp: Path) -> None:
     namespace = _run_guide("migrating-from-mlrun.md", 3)
     assert namespace["response"].status_code == 200

@@ -227,7 +227,10 @@ def _limits_table() -> dict[str, dict[str, str]]:
 
 
 def _shown(value: Any) -> str:
-    """A default as the table writes it, in backticks."""
+    """A default as the table writes it, in backticks (None: taken from another setting,
+    which the row names in words)."""
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "`on`" if value else "`off`"
     if value == ():
@@ -237,6 +240,8 @@ def _shown(value: Any) -> str:
 
 def _other(value: Any) -> tuple[str, Any]:
     """A value unlike ``value`` as a flag or a variable gives it, and as it is then held."""
+    if value is None:  # a number of seconds, when given
+        return "2.5", 2.5
     if isinstance(value, bool):
         return "1", True
     if isinstance(value, tuple):

@@ -40,8 +40,19 @@ def _request(form: str) -> bytes:
 
 
 class _Context:
+    """What the servicer asks of a ``grpc.aio`` call's context, no network behind it."""
+
     async def abort(self, code: Any, details: str) -> None:
         raise RuntimeError(f"{code}: {details}")
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        pass
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
 
 
 async def _client(servicer: InferenceServicer, body: bytes, count: int) -> None:

@@ -1,9 +1,11 @@
 // The try-it view: a request pre-filled from /console/api/sample, sent to the
-// model's V2 route (or an image file to the TF Serving :predict route), and the
-// same call as curl / requests / tritonclient / TF Serving snippets.
+// model's V2 route (or an image file to the TF Serving :predict route), or to its
+// explain route with the SHAP values drawn (explain.js), and the same call as curl /
+// requests / tritonclient / TF Serving snippets.
 
 import { call, getJSON, seg, token } from "./api.js";
 import { h, notice, pretty, replace } from "./dom.js";
+import { explanationOf, explanationPanel } from "./explain.js";
 import * as snippets from "./snippets.js";
 
 function findModel(overview, name, version) {
@@ -32,6 +34,8 @@ export function renderTry(main, ctx, name, version) {
   const title = version ? `${name} version ${version}` : name;
   const body = h("textarea", { "data-tryit-body": "", id: "tryit-body", rows: 14, spellcheck: "false", class: "code" });
   const send = h("button", { type: "button", "data-tryit-send": "" }, "Send");
+  const explain = model && model.explains ? h("button", { type: "button", class: "secondary", "data-tryit-explain": "" }, "Explain") : null;
+  const explained = h("section", { class: "panel", "data-tryit-explained": "", hidden: true }, h("h2", {}, "Explanation"));
   const status = h("span", { "data-tryit-status": "", class: "badge idle" }, "-");
   const time = h("span", { "data-tryit-time": "" }, "-");
   const response = h("pre", { "data-tryit-response": "", class: "code response", tabindex: "0", role: "region", "aria-label": "Response" }, "Send the request to see the answer.");
@@ -54,10 +58,11 @@ export function renderTry(main, ctx, name, version) {
         h("label", { for: "tryit-body" }, "Request body (V2 inference request, JSON)"),
         body,
         file ? h("div", { class: "file" }, h("label", { for: "tryit-file" }, "Or an image file (sent as multipart to the TF Serving :predict route)"), file) : null,
-        h("div", { class: "send" }, send, h("span", {}, "Status ", status), h("span", {}, "Time ", time, " ms")),
+        h("div", { class: "send" }, send, explain, h("span", {}, "Status ", status), h("span", {}, "Time ", time, " ms")),
       ),
       h("section", { class: "panel" }, h("h2", {}, "Response"), response),
     ),
+    explained,
     h("section", { class: "panel" }, h("h2", {}, "The same call as code"), copies, copyNote, snippet),
   );
 
@@ -79,11 +84,47 @@ export function renderTry(main, ctx, name, version) {
     return version ? `/v1/models/${seg(name)}/versions/${seg(version)}:predict` : `/v1/models/${seg(name)}:predict`;
   }
 
-  async function onSend() {
+  function explainPath() {
+    return v2Path().replace(/\/infer$/, "/explain");
+  }
+
+  function started() {
     send.disabled = true;
+    if (explain) explain.disabled = true;
     status.className = "badge idle";
     status.textContent = "...";
     time.textContent = "-";
+  }
+
+  function finished(answer) {
+    send.disabled = false;
+    if (explain) explain.disabled = false;
+    status.textContent = answer.status ? String(answer.status) : "no answer";
+    status.className = `badge ${answer.ok ? "ok" : answer.status >= 500 || answer.status === 0 ? "bad" : "warn"}`;
+    time.textContent = answer.ms.toFixed(1);
+    response.textContent = shown(answer);
+  }
+
+  async function onExplain() {
+    const request = parsed();
+    if (request.error) {
+      response.textContent = request.error;
+      return;
+    }
+    started();
+    const answer = await call(explainPath(), { method: "POST", json: body.value });
+    finished(answer);
+    const found = answer.ok ? explanationOf(answer.data) : null;
+    explained.hidden = !answer.ok;
+    replace(
+      explained,
+      h("h2", {}, "Explanation"),
+      found ? explanationPanel(found) : notice("The answer holds no SHAP values to draw: see the response above.", "warn"),
+    );
+  }
+
+  async function onSend() {
+    started();
     let answer;
     const chosen = file && file.files && file.files[0];
     if (chosen) {
@@ -94,17 +135,14 @@ export function renderTry(main, ctx, name, version) {
       const request = parsed();
       if (request.error) {
         send.disabled = false;
+        if (explain) explain.disabled = false;
         status.textContent = "-";
         response.textContent = request.error;
         return;
       }
       answer = await call(v2Path(), { method: "POST", json: body.value });
     }
-    send.disabled = false;
-    status.textContent = answer.status ? String(answer.status) : "no answer";
-    status.className = `badge ${answer.ok ? "ok" : answer.status >= 500 || answer.status === 0 ? "bad" : "warn"}`;
-    time.textContent = answer.ms.toFixed(1);
-    response.textContent = shown(answer);
+    finished(answer);
   }
 
   function snippetFor(kind) {
@@ -137,6 +175,7 @@ export function renderTry(main, ctx, name, version) {
   }
 
   send.addEventListener("click", onSend);
+  if (explain) explain.addEventListener("click", onExplain);
   copies.addEventListener("click", onCopy);
   showCopies();
   const samplePath = version ? `/console/api/sample/${seg(name)}/versions/${seg(version)}` : `/console/api/sample/${seg(name)}`;

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, TypeVar
 
+from mlserve.core import tracing
+
 __all__ = ["BackgroundLoop", "WorkerPool", "drive", "in_thread", "run_in_threadpool"]
 
 T = TypeVar("T")
@@ -42,6 +44,8 @@ class _WorkerPool:
         self._searching = 0
 
     def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        if tracing.carry:  # the caller's span and request id go on in
+            fn = partial(tracing.copy_context().run, fn)  # the thread (hooks are children)
         future = loop.create_future()
         self._calls.append((loop, future, fn))
         with self._lock:

@@ -64,6 +64,25 @@ class ModelGate(InlineRule):
                 return await coro
         finally:
             self.admitted -= 1
+            coro.close()  # not awaited when a deadline cancelled the wait for a slot
+
+    async def enter(self) -> None:
+        """Count in a call that outlives this await (a stream): it takes one of the
+        ``concurrency`` slots (``queue`` wait, 429 past that) until ``leave``."""
+        self._admit()
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.concurrency)
+        try:
+            await self._slots.acquire()
+        except BaseException:
+            self.admitted -= 1
+            raise
+
+    def leave(self) -> None:
+        """The call counted in by ``enter`` has ended (on the loop)."""
+        self.admitted -= 1
+        if self._slots is not None:
+            self._slots.release()
 
     def _admit(self) -> None:
         """Count one more call in, or refuse it: 429 once threads and queue are all taken."""

@@ -28,6 +28,7 @@ __all__ = [
     "limits_of",
     "request_timeout",
     "server_limits",
+    "stream_limits",
 ]
 
 # Seconds a 429 asks the client to wait before retrying.
@@ -57,6 +58,11 @@ class ServerLimits:
     inline_predict_us: a sync model whose calls take a median under this many
         microseconds runs on the event loop, where a thread hop costs more than
         the call (see ModelGate).
+    stream_queue: chunks a streaming model's sync generator may run ahead of a slow
+        reader before it waits (docs/security.md#limits).
+    stream_chunk_timeout: seconds a stream may go without a chunk (504 past it);
+        None: the request timeout.
+    stream_timeout: seconds a whole stream may take (504 past it).
     """
 
     request_timeout: float = 60.0
@@ -65,6 +71,9 @@ class ServerLimits:
     drain_timeout: float = 30.0
     drain_delay: float = 0.0
     inline_predict_us: float = 200.0
+    stream_queue: int = 16
+    stream_chunk_timeout: float | None = None
+    stream_timeout: float = 0.0
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **given: Any) -> ServerLimits:
@@ -73,7 +82,7 @@ class ServerLimits:
         environ = dict(os.environ if environ is None else environ)
         values: dict[str, Any] = {}
         for item in fields(cls):
-            kind = float if item.type in ("float", float) else int
+            kind = float if "float" in str(item.type) else int
             raw = environ.get(f"MLSERVE_{item.name.upper()}")
             if raw is not None:
                 try:
@@ -84,8 +93,8 @@ class ServerLimits:
             if given.get(item.name) is not None:
                 values[item.name] = kind(given[item.name])
         for name, value in values.items():
-            if name == "model_concurrency" and value < 1:
-                raise ValueError(f"model_concurrency must be 1 or more, got {value}")
+            if name in ("model_concurrency", "stream_queue") and value < 1:
+                raise ValueError(f"{name} must be 1 or more, got {value}")
             if value < 0:
                 raise ValueError(f"{name} must be 0 (off) or more, got {value}")
         return cls(**values)
@@ -101,6 +110,10 @@ _FLAG_HELP = {
     "drain_delay": "seconds after SIGTERM that readiness is 503 while requests are still taken",
     "inline_predict_us": "a sync predict whose calls take a median under this many us runs on "
     "the event loop, until one call takes 50 times that (0: always on threads)",
+    "stream_queue": "chunks a streaming model may produce ahead of a slow reader before it waits",
+    "stream_chunk_timeout": "seconds a stream may go without a chunk before it ends with 504 "
+    "(0: no limit, default: the request timeout)",
+    "stream_timeout": "seconds a whole stream may take before it ends with 504 (0: no limit)",
 }
 
 
@@ -110,9 +123,10 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
         default = getattr(DEFAULTS, item.name)
         parser.add_argument(
             "--" + item.name.replace("_", "-"),
-            type=type(default),
+            type=float if "float" in str(item.type) else int,
             default=None,
-            help=f"{_FLAG_HELP[item.name]} (env MLSERVE_{item.name.upper()}, default {default})",
+            help=f"{_FLAG_HELP[item.name]} (env MLSERVE_{item.name.upper()}"
+            + (f", default {default})" if default is not None else ")"),
         )
 
 
@@ -137,3 +151,12 @@ def request_timeout(limits: ServerLimits, event: Event) -> float:
     """The deadline of an event: requests (HTTP, gRPC, mock) have one; stream events
     (Kafka, cron) may wait for a model to load."""
     return limits.request_timeout if event.trigger.kind in HTTP_TRIGGERS else 0.0
+
+
+def stream_limits(limits: ServerLimits, event: Event) -> tuple[float, float]:
+    """``(seconds between two chunks, seconds for the whole stream)`` of a streamed
+    answer to ``event`` (0: no limit); between chunks defaults to the request timeout."""
+    chunk = limits.stream_chunk_timeout
+    if chunk is None:
+        chunk = request_timeout(limits, event)
+    return chunk, limits.stream_timeout

@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from mlserve.core.stats import take_pending
 
-__all__ = ["LATENCY_BUCKETS", "ModelRecorder", "OpCounts", "model_recorder", "recorders"]
+__all__ = [
+    "LATENCY_BUCKETS",
+    "ModelRecorder",
+    "OpCounts",
+    "StreamCounts",
+    "model_recorder",
+    "recorders",
+]
 
 # Upper bounds (seconds) of the latency histogram's buckets; +Inf is implied.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -40,6 +47,19 @@ class OpCounts:
         self.created = time.time()
 
 
+class StreamCounts:
+    """The streamed calls of one model version: chunks sent, time to the first chunk."""
+
+    __slots__ = ("buckets", "chunks", "created", "first", "seconds")
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.first = 0  # streams that sent a first chunk
+        self.seconds = 0.0  # the time-to-first-chunk histogram's sum
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.created = time.time()
+
+
 class ModelRecorder:
     """Requests, errors, latency and load time of one model version."""
 
@@ -48,6 +68,7 @@ class ModelRecorder:
         self.version = version
         self.ops: dict[str, OpCounts] = {}
         self.load_seconds: float | None = None  # None until loaded
+        self.streams: StreamCounts | None = None  # None until a stream ends
         self._pending: list[str | int] = []  # (op, elapsed_ns) of each successful call, flat
         self._lock = threading.Lock()
 
@@ -100,6 +121,26 @@ class ModelRecorder:
         with self._lock:
             counts.requests += 1
             counts.errors += 1
+
+    def streamed(self, first_chunk_ns: int | None, chunks: int) -> None:
+        """A streamed call ended after ``chunks`` chunks, its first ``first_chunk_ns``
+        after it began (None: none came): ``mlserve_model_stream_chunks_total`` and
+        ``mlserve_model_stream_first_chunk_seconds``."""
+        with self._lock:
+            counts = self.streams
+            if counts is None:
+                counts = self.streams = StreamCounts()
+            counts.chunks += chunks
+            if first_chunk_ns is not None:
+                counts.first += 1
+                counts.seconds += first_chunk_ns / 1e9
+                counts.buckets[bisect_left(_BUCKET_NS, first_chunk_ns)] += 1
+
+    def stream_snapshot(self) -> tuple[int, int, float, list[int], float] | None:
+        """``(chunks, first chunks, seconds, buckets, created)``; None before any stream."""
+        with self._lock:
+            c = self.streams
+            return None if c is None else (c.chunks, c.first, c.seconds, list(c.buckets), c.created)
 
     def snapshot(self) -> list[tuple[str, int, int, float, list[int], float]]:
         """``(op, requests, errors, seconds, buckets, created)`` of each operation, consistent."""

@@ -21,6 +21,10 @@ Rows form: ``inputs`` is the batch of a single-input graph, or a list of
 ``{input name: value}`` rows; the answer is a list (one output) or
 ``{output name: list}``. Warm-up requests beside the model file run before
 it is ready (mlserve.frameworks.warmup).
+
+Explain answers SHAP values of a one-input ``[rows, features]`` model from a
+permutation explainer over a background sample (mlserve.frameworks.explainers,
+docs/frameworks.md#explanations).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from mlserve.frameworks.common import (
     require,
     rows_answer,
 )
+from mlserve.frameworks.explainers import configured_explainer, explained_output
 from mlserve.frameworks.warmup import run_warmup
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput
@@ -109,6 +114,7 @@ class ONNXModelServer(V2ModelServer):
             {"name": n.name, "datatype": onnx_datatype(n.type), "shape": self._output_dims(n)}
             for n in self.graph_outputs.values()
         ]
+        self.explainer = configured_explainer(self, self._explained, folder=self.model_file.parent)
         run_warmup(self, self.model_file.parent)
 
     @staticmethod
@@ -145,6 +151,16 @@ class ONNXModelServer(V2ModelServer):
             for name, value in zip(names, results, strict=True)
         }
         return outputs if isinstance(request, InferenceRequest) else rows_answer(outputs)
+
+    def _explained(self, matrix: np.ndarray) -> np.ndarray:
+        """What the explainer explains: one output (``explained_output``) of a
+        one-input graph fed ``[rows, features]``."""
+        if len(self.graph_inputs) != 1:
+            raise InvalidInput("explain takes a model of one [rows, features] input")
+        name = explained_output(self.outputs, self.get_param("explain_output", None))
+        feed = next(iter(self.graph_inputs))
+        (value,) = self.model.run([name], {feed: self._cast(feed, matrix)})
+        return _dense(value, self.graph_outputs[name].type).astype(np.float64)
 
     def _feeds(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request's values by graph input name."""

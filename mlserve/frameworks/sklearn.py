@@ -14,6 +14,13 @@ estimator's class, its ``feature_names_in_`` and its ``classes_``. A model
 fit on named features also takes one ``[rows]`` tensor per feature.
 Warm-up requests beside the model file run before it is ready
 (mlserve.frameworks.warmup).
+
+Explain answers SHAP values (mlserve.frameworks.explainers,
+docs/frameworks.md#explanations): shap's tree explainer for forests and
+boosting (what shap explains for them: the probability per class for forests,
+the log-odds for gradient boosting), its linear explainer for linear models
+(the decision function), else a permutation explainer over a background
+sample of ``predict_proba``, else ``decision_function``, else ``predict``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from mlserve.frameworks.common import (
     require,
     rows_answer,
 )
+from mlserve.frameworks.explainers import configured_explainer
 from mlserve.frameworks.warmup import run_warmup
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput
@@ -39,7 +47,7 @@ from mlserve.protocol.tensors import datatype_of
 __all__ = ["MODEL_FILES", "SKLearnModelServer"]
 
 MODEL_FILES = ("model.joblib", "model.pkl", "model.pickle")
-PREDICT, PREDICT_PROBA = "predict", "predict_proba"
+PREDICT, PREDICT_PROBA, DECISION = "predict", "predict_proba", "decision_function"
 INPUT_NAME = "input-0"
 
 
@@ -69,6 +77,15 @@ class SKLearnModelServer(V2ModelServer):
             {"name": INPUT_NAME, "datatype": "FP64", "shape": [-1, self.n_features or -1]}
         ]
         self.outputs = [self._declare(method) for method in self.methods]
+        classes = getattr(self.model, "classes_", None)
+        self.explainer = configured_explainer(
+            self,
+            self._explained,
+            model=self.model,
+            folder=self.model_file.parent,
+            feature_names=self.feature_names,
+            classes=list(classes) if classes is not None and np.ndim(classes) == 1 else None,
+        )
         run_warmup(self, self.model_file.parent)
 
     def _declare(self, method: str) -> dict[str, Any]:
@@ -104,6 +121,13 @@ class SKLearnModelServer(V2ModelServer):
         except (ValueError, TypeError) as exc:  # the estimator's own input checks
             raise InvalidInput(f"{type(self.model).__name__} rejected the input: {exc}") from None
         return outputs if isinstance(request, InferenceRequest) else rows_answer(outputs)
+
+    def _explained(self, matrix: np.ndarray) -> np.ndarray:
+        """What a model-agnostic explainer explains: the probability per class when the
+        estimator has it, else its decision function, else ``predict``."""
+        features = self._features(matrix)
+        method = next(m for m in (PREDICT_PROBA, DECISION, PREDICT) if _has_method(self.model, m))
+        return np.asarray(getattr(self.model, method)(features), dtype=np.float64)
 
     def _features(self, matrix: np.ndarray) -> Any:
         """A model fit on a DataFrame gets one back (with its column names), when pandas is here."""

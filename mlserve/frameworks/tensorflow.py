@@ -19,7 +19,9 @@ are the model's interface:
 ``predict`` is plain (sync) code: the server runs it in the worker pool, or
 through the adaptive batcher when ``max_batch_size`` is set (mlserve.batching).
 Warm-up requests in ``assets.extra/`` run before the version is ready
-(mlserve.frameworks.warmup).
+(mlserve.frameworks.warmup). Explain answers SHAP values of a one-input
+``[rows, features]`` signature from a permutation explainer over a background
+sample (mlserve.frameworks.explainers, docs/frameworks.md#explanations).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mlserve.frameworks.common import require
+from mlserve.frameworks.explainers import configured_explainer, explained_output
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput
 from mlserve.protocol.forms import InferenceRequest, check_declared_inputs
@@ -205,6 +208,7 @@ class TFModelServer(V2ModelServer):
         self._accepted_layouts: set[tuple[Any, ...]] = set()  # see validate
         default = self.signature(self.signature_name)
         self.inputs, self.outputs = default.inputs, default.outputs
+        self.explainer = configured_explainer(self, self._explained, folder=self.saved_model_dir)
         run_warmup(self, self.saved_model_dir)
 
     def signature(self, name: str) -> Signature:
@@ -240,6 +244,16 @@ class TFModelServer(V2ModelServer):
         if len(result) == 1:
             return _jsonable(next(iter(result.values())))
         return {name: _jsonable(value) for name, value in result.items()}
+
+    def _explained(self, matrix: np.ndarray) -> np.ndarray:
+        """What the explainer explains: one output (``explained_output``) of the
+        default signature, fed ``[rows, features]`` as its one input."""
+        signature = self.signature(self.signature_name)
+        if len(signature.input_specs) != 1:
+            raise InvalidInput("explain takes a signature of one [rows, features] input")
+        name = explained_output(signature.outputs, self.get_param("explain_output", None))
+        result = signature({next(iter(signature.input_specs)): matrix})
+        return np.asarray(result[name], dtype=np.float64)
 
     def signature_defs(self) -> dict[str, Any]:
         """The SignatureDefs as TF Serving's ``/metadata`` shows them (JSON of the protos)."""

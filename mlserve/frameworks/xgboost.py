@@ -14,6 +14,11 @@ per class, as ``XGBClassifier.predict_proba``). Metadata: one
 feature names and types when the model has them, and the classes.
 Warm-up requests beside the model file run before it is ready
 (mlserve.frameworks.warmup).
+
+Explain answers SHAP values (mlserve.frameworks.explainers,
+docs/frameworks.md#explanations) from shap's tree explainer: the margin
+(log-odds for a classifier, one per class for several), as shap explains an
+XGBoost model.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from mlserve.frameworks.common import (
     require,
     rows_answer,
 )
+from mlserve.frameworks.explainers import configured_explainer
 from mlserve.frameworks.warmup import run_warmup
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput
@@ -87,6 +93,14 @@ class XGBoostModelServer(V2ModelServer):
         self.methods = [PREDICT, PREDICT_PROBA] if self.classifier else [PREDICT]
         self.inputs = [{"name": INPUT_NAME, "datatype": "FP32", "shape": [-1, self.n_features]}]
         self.outputs = [self._declare(method) for method in self.methods]
+        self.explainer = configured_explainer(
+            self,
+            self._explained,
+            model=self.model,
+            folder=self.model_file.parent,
+            feature_names=self.feature_names,
+            classes=list(range(self.n_classes)) if self.classifier else None,
+        )
         run_warmup(self, self.model_file.parent)
 
     def _declare(self, method: str) -> dict[str, Any]:
@@ -126,6 +140,12 @@ class XGBoostModelServer(V2ModelServer):
             raise InvalidInput(f"XGBoost rejected the input: {exc}") from None
         outputs = {name: self._output(name, raw) for name in names}
         return outputs if isinstance(request, InferenceRequest) else rows_answer(outputs)
+
+    def _explained(self, matrix: np.ndarray) -> np.ndarray:
+        """What a model-agnostic explainer explains: ``predict_proba`` for a classifier,
+        else ``predict``."""
+        raw = np.asarray(self.model.inplace_predict(matrix))
+        return self._output(PREDICT_PROBA if self.classifier else PREDICT, raw)
 
     def _output(self, name: str, raw: np.ndarray) -> np.ndarray:
         if not self.classifier:

@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from mlserve.function.walk import classes_in_main, iter_steps
+from mlserve.graph.rollout import RolloutPolicy
 from mlserve.graph.steps import BaseStep, RouterStep, TaskStep, step_from_dict
 from mlserve.server.graph_server import GraphServer
 
 __all__ = ["ServingFunction", "code_to_function", "import_function", "new_function"]
 
 TOPOLOGIES = ("router", "flow")
+TRIGGERS = "spec.triggers."  # a trigger's key in the nuclio config (fn.spec.config)
 
 
 class FunctionMetadata:
@@ -41,6 +43,21 @@ class FunctionMetadata:
 class FunctionSpec:
     """What a function serves and how; ``fn.spec``."""
 
+    # The fields ``to_dict`` writes (mlrun's ServingSpec has the same list); the
+    # function's code travels apart, in ``build``.
+    _dict_fields = (
+        "graph",
+        "parameters",
+        "load_mode",
+        "default_content_type",
+        "track_models",
+        "tracking",
+        "function_refs",
+        "filename",
+        "streaming",
+        "config",
+    )
+
     def __init__(self) -> None:
         self.graph: BaseStep | None = None
         self.parameters: dict[str, Any] = {}
@@ -53,20 +70,17 @@ class FunctionSpec:
         self.filename: str = ""
         self.requirements: list[str] = []
         self.base_image: str = ""
+        # streamed answers over HTTP only (fn.set_streaming; docs/migrating-from-mlrun.md#streaming)
+        self.streaming: bool | None = None
+        # nuclio config entries by dotted key, as mlrun's ("spec.triggers.<name>": {...})
+        self.config: dict[str, Any] = {}
 
     def to_dict(self, source: str = "") -> dict[str, Any]:
         """The spec as a dict; ``source`` (default: ``self.source``) travels in
         ``build.functionSourceCode``, as in nuclio's and mlrun's function specs."""
-        struct: dict[str, Any] = {
-            "graph": self.graph.to_dict() if self.graph is not None else None,
-            "parameters": self.parameters,
-            "load_mode": self.load_mode,
-            "default_content_type": self.default_content_type,
-            "track_models": self.track_models,
-            "tracking": self.tracking,
-            "function_refs": self.function_refs,
-            "filename": self.filename,
-        }
+        struct: dict[str, Any] = {field: getattr(self, field) for field in self._dict_fields}
+        if self.graph is not None:
+            struct["graph"] = self.graph.to_dict()
         source = source or self.source
         build = {
             "functionSourceCode": base64.b64encode(source.encode()).decode() if source else None,
@@ -74,7 +88,10 @@ class FunctionSpec:
             "base_image": self.base_image,
         }
         struct["build"] = {key: value for key, value in build.items() if value}
-        return {key: value for key, value in struct.items() if value not in (None, "", {}, False)}
+        kept = {key: value for key, value in struct.items() if value not in (None, "", {}, False)}
+        if self.streaming is not None:  # off (False) is a choice, kept as made
+            kept["streaming"] = self.streaming
+        return kept
 
     @classmethod
     def from_dict(cls, struct: dict[str, Any]) -> FunctionSpec:
@@ -88,6 +105,8 @@ class FunctionSpec:
         spec.tracking = dict(struct.get("tracking") or {})
         spec.function_refs = dict(struct.get("function_refs") or {})
         spec.filename = struct.get("filename") or ""
+        spec.streaming = struct.get("streaming")
+        spec.config = dict(struct.get("config") or {})
         build = struct.get("build") or {}
         code = build.get("functionSourceCode")
         spec.source = base64.b64decode(code).decode() if code else ""
@@ -159,6 +178,9 @@ class ServingFunction:
         handler: str | None = None,
         router_step: str | None = None,
         child_function: str | None = None,
+        weight: float | None = None,
+        shadow: str | bool | None = None,
+        policy: RolloutPolicy | dict[str, Any] | None = None,
         **class_args: object,
     ) -> TaskStep:
         """Add a model (a route) to the function's router.
@@ -167,7 +189,10 @@ class ServingFunction:
         (``"Cls"``, ``"pkg.mod.Cls"``), a class or an instance; the other
         keyword arguments are the model's parameters. Without a graph a router
         is created; on a flow the model joins its router (``router_step=``
-        names it when there are several).
+        names it when there are several). ``weight`` and ``shadow``: a variant's
+        share of its name's traffic, or the name it shadows
+        (docs/graphs.md#rolling-out-a-new-model); ``policy``: a weighted variant's
+        rollback / promotion policy (docs/graphs.md#rolling-back-or-promoting-a-canary).
         """
         if model_url and model_path:
             raise ValueError("give model_path or model_url, not both")
@@ -184,7 +209,7 @@ class ServingFunction:
         elif model_path is not None and getattr(class_name, "model_path", "") is None:
             class_name.model_path = str(model_path)  # an instance keeps the path it is added with
         route = TaskStep(class_name, class_args, handler=handler, function=child_function)
-        return router.add_route(key, route)
+        return router.add_route(key, route, weight=weight, shadow=shadow, policy=policy)
 
     def _router(self, router_step: str | None) -> RouterStep:
         graph = self.spec.graph
@@ -239,6 +264,35 @@ class ServingFunction:
                     f"function {name} is used in steps and is not defined, "
                     "use .add_child_function() to specify it"
                 )
+
+    def set_streaming(self, enabled: bool = True) -> None:
+        """Answer streaming steps and models chunk by chunk (mlrun's name): a
+        streamed answer goes over HTTP only, so a function with another trigger
+        refuses it (docs/migrating-from-mlrun.md#streaming)."""
+        if enabled:
+            others = [
+                f"{key.rpartition('.')[2]} ({trigger.get('kind')})"
+                for key, trigger in self.spec.config.items()
+                if key.startswith(TRIGGERS) and _trigger_kind(trigger) != "http"
+            ]
+            if others:
+                raise ValueError(
+                    "Streaming is only supported with HTTP triggers, the function has "
+                    f"non-HTTP triggers: {', '.join(others)}"
+                )
+        self.spec.streaming = bool(enabled)
+
+    def add_trigger(self, name: str, spec: Any) -> ServingFunction:
+        """Add a nuclio trigger (a dict, or an object with ``to_dict()``) to the
+        function's nuclio config, as mlrun's ``add_trigger``."""
+        trigger = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
+        if self.spec.streaming and _trigger_kind(trigger) != "http":
+            raise ValueError(
+                f"Cannot add non-HTTP trigger '{name}' (kind '{_trigger_kind(trigger)}'): "
+                "streaming is enabled, and streaming is only supported with HTTP triggers"
+            )
+        self.spec.config[f"{TRIGGERS}{name}"] = trigger
+        return self
 
     def plot(self, filename: str | None = None, format: str | None = None, **kw: Any) -> Any:
         """Draw the function's graph with graphviz (see ``mlserve.graph.plot``)."""
@@ -405,6 +459,10 @@ class ServingFunction:
         return str(path)
 
 
+def _trigger_kind(trigger: Any) -> str:
+    return str(trigger.get("kind", "")) if isinstance(trigger, dict) else ""
+
+
 def _has_instances(graph: BaseStep) -> bool:
     return any(getattr(step, "_instance", None) is not None for step in iter_steps(graph))
 
@@ -452,11 +510,24 @@ def _exec_source(source: str, name: str) -> dict[str, Any]:
 
 
 def new_function(
-    name: str, project: str = "default", kind: str = "serving", tag: str = "", command: str = ""
+    name: str = "",
+    project: str = "default",
+    kind: str = "serving",
+    tag: str = "",
+    command: str = "",
+    runtime: dict[str, Any] | None = None,
 ) -> ServingFunction:
     """A new, empty serving function; with ``command`` (a Python file, as mlrun's),
-    that file's classes and handlers are where names resolve (``code_to_function``)."""
+    that file's classes and handlers are where names resolve (``code_to_function``);
+    with ``runtime`` (a ``fn.to_dict()``), that function again."""
+    if runtime is not None:
+        _check_kind(runtime.get("kind", "serving"))
+        fn = ServingFunction.from_dict(runtime)
+        fn.metadata.name = name or fn.metadata.name
+        return fn
     _check_kind(kind)
+    if not name:
+        raise ValueError("new_function() needs a name (or a runtime= to restore)")
     if command:
         return code_to_function(name, filename=command, kind=kind, project=project, tag=tag)
     return ServingFunction(name, project, tag)

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import nuclio_sdk
 
+from mlserve.core import tracing
 from mlserve.core.events import Event, Response, Trigger
+from mlserve.core.streams import ChunkStream
 from mlserve.function.function import ServingFunction, import_function
-from mlserve.function.nuclio_config import HANDLER, SPEC_ENV, function_config
+from mlserve.function.nuclio_config import HANDLER, SPEC_ENV, STREAMING_HANDLER, function_config
+from mlserve.protocol.tensors import dumps
 from mlserve.server.graph_server import GraphServer
 
 __all__ = [
@@ -32,10 +36,13 @@ __all__ = [
     "SPEC_ENV",
     "SPEC_PATH_ENV",
     "STREAM_TRIGGERS",
+    "STREAMING_HANDLER",
+    "answer_pieces",
     "function_config",
     "handler",
     "init_context",
     "load_function",
+    "streaming_handler",
     "to_event",
 ]
 
@@ -89,7 +96,65 @@ def init_context(context: nuclio_sdk.Context, namespace: dict[str, Any] | None =
 def handler(context: nuclio_sdk.Context, event: nuclio_sdk.Event) -> nuclio_sdk.Response:
     """Answer one nuclio event through the graph server."""
     server: GraphServer = context.user_data.mlserve_server
+    if tracing.on:  # a ``nuclio {trigger kind}`` server span (docs/observability.md#tracing)
+        ours = to_event(event)
+        with tracing.server_span(_span_name(ours), ours.headers, _attributes(ours)) as current:
+            response = _to_nuclio(server.run(ours))
+            tracing.set_status(current, response.status_code)
+        return response
     return _to_nuclio(server.run(to_event(event)))
+
+
+async def streaming_handler(
+    context: nuclio_sdk.Context, event: nuclio_sdk.Event
+) -> AsyncIterator[Any]:
+    """``handler`` of a function with streaming on (``fn.set_streaming()``): nuclio
+    sends what it yields as it comes (docs/migrating-from-mlrun.md#streaming)."""
+    server: GraphServer = context.user_data.mlserve_server
+    ours = to_event(event)
+    if not tracing.on:
+        async for piece in answer_pieces(server, await server.run_async(ours)):
+            yield piece
+        return
+    with tracing.server_span(_span_name(ours), ours.headers, _attributes(ours)) as current:
+        response = await server.run_async(ours)
+        tracing.set_status(current, response.status_code)
+        async for piece in answer_pieces(server, response):
+            yield piece
+
+
+def _span_name(event: Event) -> str:
+    return f"nuclio {event.trigger.kind or 'http'}"
+
+
+def _attributes(event: Event) -> dict[str, Any]:
+    return {
+        "http.request.method": event.method,
+        "url.path": event.path,
+        "mlserve.trigger.name": event.trigger.name,
+    }
+
+
+async def answer_pieces(server: GraphServer, response: Response) -> AsyncIterator[Any]:
+    """An answer as a streaming handler yields it: each chunk of a streamed answer
+    as a server-sent event (``data: <json>``; an error mid-stream as ``event:
+    error``, then the end), any other answer as one nuclio response."""
+    stream = response.body
+    if not isinstance(stream, ChunkStream):
+        yield _to_nuclio(response)
+        return
+    try:
+        while True:
+            try:
+                chunk = await stream.__anext__()
+            except StopAsyncIteration:
+                return
+            except Exception as exc:  # the step's error, or a stream limit
+                yield b"event: error\ndata: %b\n\n" % dumps(server.error_response(exc).body)
+                return
+            yield b"data: %b\n\n" % dumps(chunk)
+    finally:
+        await stream.aclose()
 
 
 def to_event(event: nuclio_sdk.Event) -> Event:

@@ -27,6 +27,7 @@ __all__ = [
     "HANDLER",
     "RUNTIME",
     "SPEC_ENV",
+    "STREAMING_HANDLER",
     "function_config",
     "handler_module",
     "image_config",
@@ -38,11 +39,14 @@ RUNTIME = "python:3.11"
 BASE_IMAGE = "python:3.11-slim"
 HANDLER_MODULE = "mlserve_function"
 HANDLER = f"{HANDLER_MODULE}:handler"
+# A function with streaming on answers through an async generator: nuclio sends
+# what it yields as it comes (docs/migrating-from-mlrun.md#streaming).
+STREAMING_HANDLER = f"{HANDLER_MODULE}:streaming_handler"
 
 _FOOTER = """
 
 # ---- mlserve: nuclio's entry points serve the classes above (mlserve.runtimes.nuclio)
-from mlserve.runtimes.nuclio import handler  # noqa: E402,F401
+from mlserve.runtimes.nuclio import handler, streaming_handler  # noqa: E402,F401
 from mlserve.runtimes.nuclio import init_context as _mlserve_init_context  # noqa: E402
 
 
@@ -108,14 +112,21 @@ def _config(
     if commands:
         build["commands"] = commands
     build["functionSourceCode"] = source
-    return {
+    config: dict[str, Any] = {
         "apiVersion": "nuclio.io/v1",
         "kind": "NuclioFunction",
         "metadata": {"name": fn.metadata.name, "labels": labels},
         "spec": {
-            "handler": HANDLER,
+            "handler": STREAMING_HANDLER if fn.spec.streaming else HANDLER,
             "runtime": RUNTIME,
             "env": [{"name": SPEC_ENV, "value": json.dumps(struct)}],
             "build": build,
         },
     }
+    for key, value in fn.spec.config.items():  # mlrun's dotted keys: "spec.triggers.<name>"
+        *parents, leaf = key.split(".")
+        place = config
+        for part in parents:
+            place = place.setdefault(part, {})
+        place[leaf] = value
+    return config

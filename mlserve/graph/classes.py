@@ -11,8 +11,13 @@ from mlserve.core.public import PUBLIC_NAMES
 
 __all__ = ["CLASS_SHORTCUTS", "class_reference", "construct", "resolve_class"]
 
-# mlrun's class shortcuts: a step named by one runs the dotted class.
-CLASS_SHORTCUTS = {"$remote": "mlserve.graph.remote.RemoteStep"}
+# mlrun's class shortcuts: a step named by one runs the dotted class. storey's
+# Collector is mlserve's, which both flow engines know (docs/graphs.md#streaming-steps).
+CLASS_SHORTCUTS = {
+    "$remote": "mlserve.graph.remote.RemoteStep",
+    "storey.Collector": "mlserve.graph.streaming.Collector",
+    "storey.steps.Collector": "mlserve.graph.streaming.Collector",
+}
 
 
 def class_reference(cls: type) -> str:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -29,6 +30,7 @@ import numpy as np
 
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event, Response
+from mlserve.core.streams import ChunkStream
 from mlserve.graph.routers import VERSIONED_PATH, BaseModelRouter, RouteRun, run_sync
 from mlserve.model import face_metadata
 from mlserve.protocol.errors import InvalidInput, ModelNotFound, unknown_model
@@ -181,9 +183,23 @@ class ParallelRun(BaseModelRouter):
         return dict(zip(futures, answers, strict=True))
 
     async def route_event(self, event: Event, path: str, run: RouteRun) -> Event:
-        results = await self.run_routes(event, run)
+        routed = event
+        named = isinstance(event.body, dict) and event.body.get("operation")
+        if event.method != "GET" and not (event.path or "").strip("/") and not named:
+            routed = _event_copy(event)  # a merge needs whole answers: a streaming model's
+            routed.path = "infer"  # chunks gathered (docs/streaming.md#what-streams)
+        results = await self.run_routes(routed, run)
         merged = dict(event.body) if self.extend_event and isinstance(event.body, dict) else {}
         for key, result in results.items():
+            if (
+                isinstance(result, ChunkStream)
+                or inspect.isgenerator(result)
+                or inspect.isasyncgen(result)
+            ):
+                await _closed(result)  # a step that yields: its chunks cannot be merged
+                raise ValueError(
+                    f"route '{key}' streams: {type(self).__name__} merges whole answers"
+                )
             if isinstance(result, dict):
                 merged.update(result)
             else:
@@ -366,7 +382,9 @@ class VotingEnsemble(ParallelRun):
         if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
             raise InvalidInput('Expected key "inputs" (a list) in request body')
         start, clock = datetime.now(UTC), time.perf_counter()
-        event.path = op
+        # a vote needs whole answers: a streaming voter's chunks gathered
+        # (docs/streaming.md#what-streams)
+        event.path = "infer" if op == "infer_stream" else op
         results = await self.run_routes(event, run)
         weights = self.normalised_weights()
         predictions = np.asarray([self._predictions(results[key]) for key in self.routes])
@@ -377,6 +395,8 @@ class VotingEnsemble(ParallelRun):
         )
         event.body = self._response(body, votes, event.id, by_column)
         self._log(start, clock, body, event.body, op)
+        if op == "infer_stream":  # as a model that does not stream: one chunk, its answer
+            event.body = ChunkStream(_one_chunk(event.body), name=self.name or "")
         return event
 
     def _predictions(self, response: object) -> Any:
@@ -434,6 +454,20 @@ class VotingEnsemble(ParallelRun):
                 request = {**request, "id": response.get("id")}  # as mlrun's ensemble record
             microsec = int((time.perf_counter() - clock) * 1_000_000)
             model_logger.push(self, start, request, response, op, microsec, {})
+
+
+async def _one_chunk(answer: object) -> AsyncIterator[Any]:
+    yield answer
+
+
+async def _closed(
+    stream: ChunkStream | Generator[Any, Any, Any] | AsyncGenerator[Any, Any],
+) -> None:
+    """A stream no one will read, closed where it runs (its ``finally`` runs)."""
+    if isinstance(stream, Generator):
+        stream.close()
+    else:
+        await stream.aclose()
 
 
 def _weighted_vote(classes: np.ndarray, weights: np.ndarray) -> int:

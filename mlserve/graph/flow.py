@@ -15,10 +15,12 @@ it returns is the answer, unless it names a ``before`` step to go on with.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mlserve.core import tracing
 from mlserve.core.aio import run_in_threadpool
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event
@@ -27,6 +29,16 @@ from mlserve.graph.plot import plot_graph
 from mlserve.graph.queues import QueueStep
 from mlserve.graph.routers import BaseModelRouter
 from mlserve.graph.steps import BaseStep, ParentStep, RouterStep, TaskStep, step_kinds
+from mlserve.graph.streaming import (
+    answer_stream,
+    chunk_event,
+    error_text,
+    gathered,
+    is_collector,
+    is_stream,
+    on_streaming,
+    sync_chunks,
+)
 
 __all__ = [
     "ENGINES",
@@ -497,12 +509,18 @@ class FlowStep(ParentStep):
 
     def run(self, event: Event) -> Event:
         """Run the path of steps; the responder's result (else the last step's) is the answer."""
-        key = self._starts[0] if self._starts else None
-        answer: Event | None = None
+        return self._run_from(self._starts[0] if self._starts else None, event, None)
+
+    def _run_from(self, key: str | None, event: Event, answer: Event | None) -> Event:
+        """Run the path from step ``key`` on; ``answer``: the responder's, once it ran."""
         while key is not None:
             step = self._local[key]
             try:
-                event = step.run(event)
+                if tracing.on:  # a span per step (docs/observability.md#tracing)
+                    with tracing.span(f"step {key}", {"mlserve.step": key}):
+                        event = step.run(event)
+                else:
+                    event = step.run(event)
             except Exception as exc:
                 if answer is not None and self.error_handler_of(key) is None:
                     logger.error(
@@ -518,11 +536,109 @@ class FlowStep(ParentStep):
                 )
             if event.terminated:
                 return event
+            if is_stream(event.body):
+                return self._stream(key, event, answer)
             nexts = self._next[key]
             if key == self._responder and nexts:
                 answer, event = event, snapshot(event)
             key = nexts[0] if nexts else None
         return answer if answer is not None else event
+
+    # ---- streaming steps (docs/graphs.md#streaming-steps) ----------------------------
+
+    def _stream(self, key: str, event: Event, answer: Event | None) -> Event:
+        """Step ``key`` streams: the steps up to the next collector run once per chunk.
+        When the answer is in that part it is the stream itself (a generator here, a
+        ChunkStream once the root hands it to the loop); else the chunks are gathered
+        and the flow goes on from the collector."""
+        path, node = [], key
+        while self._next[node]:
+            node = self._next[node][0]
+            path.append(node)
+        cut = next((i for i, name in enumerate(path) if is_collector(self._local[name])), len(path))
+        streamed, rest = [key, *path[:cut]], path[cut:]
+        responder = self._responder
+        if answer is None and (responder in streamed or (responder is None and not rest)):
+            at = streamed.index(responder) + 1 if responder in streamed else len(streamed)
+            source = event.body
+            event.body = self._answer_chunks(event, source, streamed[:at], streamed[at:], rest)
+            return event
+        try:
+            event.body = self._gather(event, streamed)
+        except Exception as exc:
+            if answer is None:
+                raise
+            logger.error("step failed after the answer: %s: %s", type(exc).__name__, exc)
+            return answer
+        if not rest:
+            return answer if answer is not None else event
+        return self._run_from(rest[0], event, answer)
+
+    def _chunk_through(self, keys: list[str], event: Event, streamer: str) -> Event:
+        """One chunk through the steps ``keys`` (a failure ends the stream)."""
+        for key in keys:
+            event = self._local[key].run(event)
+            if event is None:
+                raise ValueError(f"step '{key}' held a chunk: a stream's steps answer each chunk")
+            if is_stream(event.body):
+                _close(event.body)
+                raise on_streaming(key, streamer)
+        return event
+
+    def _gather(self, event: Event, streamed: list[str]) -> Any:
+        """The chunks of ``streamed[0]`` through the rest of ``streamed``, gathered."""
+        chunks = sync_chunks(event.body)
+        bodies: list[Any] = []
+        try:
+            while True:
+                try:
+                    chunk = next(chunks)
+                except StopIteration:
+                    return gathered(bodies, None)
+                except Exception as exc:  # the generator's own error is the collector's answer
+                    return gathered(bodies, error_text(exc))
+                piece = self._chunk_through(streamed[1:], chunk_event(event, chunk), streamed[0])
+                bodies.append(piece.body)
+        finally:
+            _close(chunks)
+
+    def _answer_chunks(
+        self, event: Event, source: Any, answering: list[str], later: list[str], rest: list[str]
+    ) -> Iterator[Any]:
+        """The streamed answer: each chunk through the steps up to the responder; the
+        steps after it get a copy, and the flow goes on after the collector once the
+        stream ends (their failures are logged, as after any answer)."""
+        chunks = sync_chunks(source)
+        streamer, bodies, error = answering[0], [], None
+        try:
+            while True:
+                try:
+                    chunk = next(chunks)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    error = exc
+                    break
+                piece = self._chunk_through(answering[1:], chunk_event(event, chunk), streamer)
+                copied = snapshot(piece) if later or rest else piece
+                yield piece.body
+                if later or rest:
+                    bodies.append(self._after_answer(later, copied, streamer))
+        finally:
+            _close(chunks)
+        if rest:
+            kept = [body for body in bodies if body is not _DROPPED]
+            ended = chunk_event(event, gathered(kept, error_text(error) if error else None))
+            self._run_from(rest[0], ended, event)
+        if error is not None:
+            raise error
+
+    def _after_answer(self, keys: list[str], event: Event, streamer: str) -> Any:
+        try:
+            return self._chunk_through(keys, event, streamer).body
+        except Exception as exc:
+            logger.error("step failed after the answer: %s: %s", type(exc).__name__, exc)
+            return _DROPPED
 
     def _recover(self, step: BaseStep, event: Event, exc: Exception) -> tuple[Event, str | None]:
         """Run the failed step's error handler: ``(its event, the step to go on with)``."""
@@ -555,6 +671,16 @@ class FlowStep(ParentStep):
             close = getattr(step, "close", None) or getattr(step, "wait_for_completion", None)
             if close is not None:
                 close()
+
+
+_DROPPED = object()  # a chunk a step after the answer failed on
+
+
+def _close(source: object) -> None:
+    """Close a generator early (its ``finally`` runs); a ChunkStream closes on its loop."""
+    closing = getattr(source, "close", None)
+    if closing is not None:
+        closing()
 
 
 def _check_acyclic(starts: list[str], nexts: dict[str, list[str]], steps: list[str]) -> None:
@@ -618,7 +744,12 @@ class RootFlowStep(FlowStep):
     async def run_async(self, event: Event) -> Event:
         if self._engine is not None:
             return await self._engine.run_async(event)
-        return await run_in_threadpool(self.run, event)
+        event = await run_in_threadpool(self.run, event)
+        if inspect.isgenerator(event.body):  # a streamed answer, pulled on a thread of its own
+            stream = answer_stream(self.context, event, event.body, self.name or "flow")
+            event.body = stream
+            await stream.prefetch()  # a failure before the first chunk is an ordinary error
+        return event
 
     def wait_for_completion(self) -> None:
         """Finish the async flow (terminate storey and await it), then close the steps."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 
+from mlserve.core import tracing
 from mlserve.core.events import Event
 from mlserve.graph.classes import class_reference
 from mlserve.protocol.errors import InvalidInput
@@ -193,7 +194,25 @@ class _HttpStep:
         headers: dict[str, str],
         data: object,
     ) -> Any:
-        """One request with retries: the decoded answer, or an error saying why not."""
+        """One request with retries: the decoded answer, or an error saying why not;
+        traced, a ``remote {url}`` client span whose context the service continues
+        (docs/observability.md#tracing)."""
+        if not tracing.on:
+            return await self._attempts(session, method, url, headers, data)
+        attributes = {"http.request.method": method, "url.full": url, "mlserve.step": self.name}
+        with tracing.span(f"remote {url}", attributes, kind="client"):
+            headers = dict(headers)
+            tracing.inject(headers)
+            return await self._attempts(session, method, url, headers, data)
+
+    async def _attempts(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        data: object,
+    ) -> Any:
         retries = DEFAULT_RETRIES if self.retries is None else self.retries
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         for attempt in range(retries + 1):

@@ -20,6 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
+from mlserve.core import tracing
 from mlserve.core.aio import run_in_threadpool
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event, Trigger
@@ -127,8 +128,23 @@ class QueueStep(BaseStep):
             if error:
                 errors.append(error)
 
-        self._producer.produce(self._target.topic, dumps_lossless(record), on_delivery=on_delivery)
-        if self._producer.flush(SEND_TIMEOUT_SECONDS) or errors:
+        topic = self._target.topic
+        if tracing.on:  # a ``queue {topic}`` producer span; the record carries its traceparent
+            attributes = {"messaging.system": "kafka", "messaging.destination.name": topic}
+            with tracing.span(f"queue {topic}", attributes, kind="producer"):
+                headers: dict[str, str] = {}
+                tracing.inject(headers)
+                self._producer.produce(
+                    topic,
+                    dumps_lossless(record),
+                    headers=[(name, value.encode("latin-1")) for name, value in headers.items()],
+                    on_delivery=on_delivery,
+                )
+                flushed = self._producer.flush(SEND_TIMEOUT_SECONDS)
+        else:
+            self._producer.produce(topic, dumps_lossless(record), on_delivery=on_delivery)
+            flushed = self._producer.flush(SEND_TIMEOUT_SECONDS)
+        if flushed or errors:
             raise RuntimeError(f"queue '{self.name}': event not delivered: {errors or 'timeout'}")
         event.terminated = True
         event.body = {"id": event.id}
@@ -238,7 +254,18 @@ class QueueConsumer:
             trigger=Trigger("kafka", self.target.topic),
             offset=record.offset(),
         )
-        response = self.server.run(event, get_body=True)
+        if tracing.on:  # the producer's trace goes on (docs/observability.md#tracing)
+            headers = {name: value for name, value in record.headers() or []}
+            attributes = {
+                "messaging.system": "kafka",
+                "messaging.destination.name": self.target.topic,
+                "messaging.kafka.offset": record.offset(),
+            }
+            name = f"{self.target.topic} process"
+            with tracing.server_span(name, headers, attributes, kind="consumer"):
+                response = self.server.run(event, get_body=True)
+        else:
+            response = self.server.run(event, get_body=True)
         self.processed += 1
         status = getattr(response, "status_code", 200)
         if status >= 300:

@@ -17,6 +17,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from mlserve.core import tracing
 from mlserve.core.aio import run_in_threadpool
 from mlserve.core.events import Event, Response
 from mlserve.graph.http_steps import BatchHttpRequests, RemoteStep, event_id_key, event_path_key
@@ -80,7 +81,10 @@ class RemoteModel(V2ModelServer):
         path = f"{self._prefix}/{op}" if op else self._prefix
         started = time.perf_counter_ns()
         body, headers = _encode(event.body)
-        status, answer = self._send(event.method, path, body, headers)
+        if tracing.on:  # a client span, its traceparent sent (docs/observability.md#tracing)
+            status, answer = self._traced_send(event.method, path, body, headers)
+        else:
+            status, answer = self._send(event.method, path, body, headers)
         if event.method != "GET":
             self.stats.record_inference(status < 300, time.perf_counter_ns() - started)
         event.body = answer if status < 300 else Response(answer, status_code=status)
@@ -95,6 +99,26 @@ class RemoteModel(V2ModelServer):
             conn = cls(*self._netloc, timeout=self.timeout)
             self._local.conn = conn
         return conn
+
+    def _traced_send(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, Any]:
+        """``_send`` in a ``remote {url}`` client span whose context the remote continues."""
+        host, port = self._netloc
+        attributes = {
+            "http.request.method": method,
+            "url.full": f"{'https' if self._https else 'http'}://{host}"
+            + (f":{port}" if port else "")
+            + path,
+            "server.address": host,
+            "mlserve.model": self.name,
+        }
+        with tracing.span(f"remote {self.url}", attributes, kind="client") as current:
+            headers = dict(headers)
+            tracing.inject(headers)
+            status, answer = self._send(method, path, body, headers)
+            tracing.set_status(current, status)
+        return status, answer
 
     def _send(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str]

@@ -18,8 +18,10 @@ from mlserve.core.context import GraphContext
 from mlserve.core.events import Event
 from mlserve.core.loads import run_load
 from mlserve.graph.classes import class_reference, construct, resolve_class
+from mlserve.graph.rollout import RolloutPolicy
 from mlserve.graph.routers import ModelRouter
 from mlserve.graph.tasks import step_calls
+from mlserve.graph.traffic import parse_weights
 from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput
 
@@ -241,6 +243,9 @@ class TaskStep(BaseStep):
         "result_path",
         "responder",
         "on_error",
+        "weight",
+        "shadow",
+        "policy",
         *BaseStep.fields,
     )
 
@@ -279,6 +284,12 @@ class TaskStep(BaseStep):
         self.result_path = result_path
         self.responder = responder
         self.on_error: str | None = None
+        # a route's share of its model name, and the name it shadows
+        # (docs/graphs.md#rolling-out-a-new-model)
+        self.weight: float | None = None
+        self.shadow: str | bool | None = None
+        # a canary's rollout policy (docs/graphs.md#rolling-back-or-promoting-a-canary)
+        self.policy: dict[str, Any] | None = None
         self._object: Any = None
         self._call: Callable[[Event], Any] | None = None
         self._run_sync: Callable[[Event], Event] | None = None
@@ -369,6 +380,33 @@ class TaskStep(BaseStep):
         return fresh
 
 
+def check_variant(
+    key: str, weight: float | None, shadow: str | bool | None, routes: dict[str, Any]
+) -> None:
+    """A weighted route is a version of its model name (``m:v``), added once; its
+    weight a number of 0 or more (docs/graphs.md#rolling-out-a-new-model)."""
+    if weight is None:
+        return
+    name, _, version = key.partition(":")
+    if not version:
+        raise ValueError(
+            f"route '{key}' has a weight: weighted routes are versions of one model name, "
+            f"add them as '{name}:<variant>' (e.g. '{name}:v1', '{name}:v2')"
+        )
+    if key in routes:
+        raise ValueError(f"route '{key}' is added twice: give each variant its own version")
+    if shadow:
+        raise ValueError(f"route '{key}' is a shadow: it takes no weight")
+    try:
+        parse_weights(name, {key: weight})
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _of(key: str, name: str) -> bool:
+    return key.partition(":")[0] == name
+
+
 def _instance_args(obj: object) -> dict[str, Any]:
     """The class_args that rebuild an instance given as ``class_name``."""
     to_args = getattr(obj, "to_class_args", None)
@@ -455,17 +493,49 @@ class RouterStep(ParentStep, TaskStep):
         class_name: str | type | Any = None,
         handler: str | None = None,
         function: str | None = None,
+        weight: float | None = None,
+        shadow: str | bool | None = None,
+        policy: RolloutPolicy | dict[str, Any] | None = None,
         **class_args: object,
     ) -> TaskStep:
-        """Add (or replace) the route ``key``: a step, or a class with its args."""
+        """Add (or replace) the route ``key``: a step, or a class with its args.
+        ``weight``: its share of the traffic of its model name, for a version ``m:v``;
+        ``shadow``: the model name it gets copies of (True: its own name's)
+        (docs/graphs.md#rolling-out-a-new-model); ``policy``: a weighted route's
+        rollback / promotion policy (docs/graphs.md#rolling-back-or-promoting-a-canary)."""
         if key not in self._routes and len(self._routes) >= MAX_ROUTES:
             raise TooManyRoutes(f"a router holds at most {MAX_ROUTES} routes")
+        check_variant(key, weight, shadow, self._routes)
+        if policy is not None and weight is None:
+            raise ValueError(f"route '{key}' has a rollout policy: give it a weight too")
+        policy_struct = None if policy is None else RolloutPolicy.of(policy).to_dict()
         if route is None:
             route = TaskStep(class_name, class_args, handler=handler, function=function)
+        if weight is not None:
+            route.weight = float(weight)
+        if shadow is not None:
+            route.shadow = shadow
+        if policy_struct is not None:
+            route.policy = policy_struct
         route.name = key
         route._parent = self
         self._routes[key] = route
         return route
+
+    def set_weights(self, name: str, weights: dict[str, Any]) -> dict[str, float]:
+        """Set the weights of ``name``'s variants (``{"v1": 90, "v2": 10}``): before
+        serving in the description, while serving in the live router too."""
+        live = getattr(self._object, "set_weights", None)
+        if live is not None:
+            return dict(live(name, weights))
+        parsed = parse_weights(name, weights)
+        for key in parsed:
+            if key not in self._routes:
+                raise ValueError(f"model '{name}' has no variant '{key}' in router '{self.name}'")
+        for key, weight in parsed.items():
+            self._routes[key].weight = weight
+        routes = self._routes.items()
+        return {k: r.weight for k, r in routes if r.weight is not None and _of(k, name)}
 
     def clear_children(self, routes: list[str]) -> None:
         for key in routes:

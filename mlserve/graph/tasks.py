@@ -18,6 +18,7 @@ from mlserve.core.events import Event
 from mlserve.core.inline_rule import InlineRule
 from mlserve.core.limits import limits_of
 from mlserve.graph.classes import resolve_class
+from mlserve.graph.streaming import streams_call
 from mlserve.protocol.paths import get_path, set_path
 
 __all__ = ["StepCalls", "SyncStepCall", "resolve_handler", "step_calls"]
@@ -62,6 +63,8 @@ def step_calls(step: Any, obj: Any, namespace: dict[str, Any] | None, context: A
     body_call = BodyCall(fn, bool(step.full_event), step.input_path, step.result_path)
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)):
         return body_call.run_blocking, body_call.run_async
+    if streams_call(fn, obj):  # chunks come later: never inline (docs/graphs.md#streaming-steps)
+        return body_call.run, partial(run_in_threadpool, body_call.run)
     return body_call.run, SyncStepCall(body_call.run, context, step.name)
 
 

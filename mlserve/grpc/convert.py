@@ -28,6 +28,8 @@ from mlserve.protocol.tensors import RAW, decode_raw, plain_binary
 
 __all__ = [
     "config_from_core",
+    "empty_final_response",
+    "final_response_bytes",
     "in_shared_memory",
     "index_from_core",
     "infer_from_core",
@@ -38,9 +40,16 @@ __all__ = [
     "parameters_to_core",
     "raw_outputs",
     "stats_from_core",
+    "stream_error",
+    "stream_response_bytes",
 ]
 
 TYPED_OUTPUTS = "typed_outputs"  # the request parameter that asks for typed output contents
+# Triton's stream parameters (docs/serving.md#streams-over-grpc): the request's ask for an
+# empty response that ends a streamed answer, and each response's flag of the last one.
+EMPTY_FINAL = "triton_enable_empty_final_response"
+FINAL = "triton_final_response"
+_FACE_PARAMETERS = (TYPED_OUTPUTS, EMPTY_FINAL)  # the face's, not the model's
 
 # V2 datatype -> the InferTensorContents field that holds it (FP16, BF16: raw only).
 CONTENTS_FIELD = {
@@ -135,13 +144,24 @@ def raw_outputs(request: Any) -> bool:
     """Whether a ``ModelInferRequest``'s outputs go back as ``raw_output_contents`` (unless
     its ``typed_outputs`` parameter is true); a ``typed_outputs`` that is not a bool is
     invalid."""
+    return not _flag(request, TYPED_OUTPUTS)
+
+
+def empty_final_response(request: Any) -> bool:
+    """Whether a stream request asks for an empty response after a streamed answer's
+    last (its ``triton_enable_empty_final_response``: a bool, as Triton checks)."""
+    return _flag(request, EMPTY_FINAL)
+
+
+def _flag(request: Any, name: str) -> bool:
+    """A request's bool parameter ``name`` (False when absent); another type is invalid."""
     parameters = request.parameters
-    if not parameters or TYPED_OUTPUTS not in parameters:
-        return True
-    value = parameters[TYPED_OUTPUTS]
+    if not parameters or name not in parameters:
+        return False
+    value = parameters[name]
     if value.WhichOneof("parameter_choice") != "bool_param":
-        raise InvalidInput(f"the {TYPED_OUTPUTS} parameter must be a bool")
-    return not value.bool_param
+        raise InvalidInput(f"the {name} parameter must be a bool")
+    return bool(value.bool_param)
 
 
 def infer_to_core(request: Any) -> dict[str, Any]:
@@ -156,7 +176,8 @@ def infer_to_core(request: Any) -> dict[str, Any]:
         inputs = list(map(_input_to_core, tensors, raws))
     if request.parameters:
         parameters = parameters_to_core(request.parameters)
-        parameters.pop(TYPED_OUTPUTS, None)  # the face's, not the model's
+        for name in _FACE_PARAMETERS:
+            parameters.pop(name, None)
         parameters["binary_data_output"] = True
     else:  # the common request: no parameters of its own
         parameters = {"binary_data_output": True}
@@ -305,6 +326,45 @@ def infer_response_bytes(body: dict[str, Any], raw: bool) -> bytes:
                     tensor += b"\x2a" + _varint(len(contents)) + contents
                     return head + b"\x2a" + _varint(len(tensor)) + tensor  # outputs = 5
     return infer_from_core(body, raw).SerializeToString()
+
+
+def _final_flag(final: bool) -> bytes:
+    """A ModelInferResponse's ``parameters`` holding only ``triton_final_response``, serialized:
+    appended to a serialized response it merges into its parameters."""
+    response = pb.ModelInferResponse()
+    response.parameters[FINAL].bool_param = final
+    return response.SerializeToString()
+
+
+_FINAL_FLAGS = {final: _final_flag(final) for final in (False, True)}
+
+
+def stream_response_bytes(body: dict[str, Any], raw: bool, final: bool) -> bytes:
+    """A serialized ``ModelStreamInferResponse`` holding the core's answer ``body`` (as
+    ``infer_response_bytes``), its ``triton_final_response`` parameter ``final``."""
+    inner = infer_response_bytes(body, raw) + _FINAL_FLAGS[final]
+    return b"\x12" + _varint(len(inner)) + inner  # infer_response = 2
+
+
+def _request_head(request: Any) -> Any:
+    """The ModelInferResponse that names ``request`` (model, version, id) and ends it."""
+    response = pb.ModelInferResponse(
+        model_name=request.model_name, model_version=request.model_version, id=request.id
+    )
+    response.parameters[FINAL].bool_param = True
+    return response
+
+
+def final_response_bytes(request: Any) -> bytes:
+    """Triton's empty final response of a streamed answer, serialized: the request's
+    model, version and id, ``triton_final_response`` true, no outputs."""
+    return pb.ModelStreamInferResponse(infer_response=_request_head(request)).SerializeToString()
+
+
+def stream_error(request: Any, message: str) -> Any:
+    """The stream's answer to a failed request: its ``error_message``, and (as Triton) the
+    request's model, version and id with ``triton_final_response`` true: nothing follows."""
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=_request_head(request))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -12,11 +12,15 @@ UNIMPLEMENTED by grpc itself, uncounted: its name is the client's choice.
 from __future__ import annotations
 
 import asyncio
+import functools
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
 
+from mlserve.core import request_log, tracing
+from mlserve.grpc import spans
 from mlserve.grpc.status import ServicerContext
 from mlserve.monitoring.responses import GrpcKey, grpc_counts
 
@@ -35,11 +39,53 @@ def _ended(context: ServicerContext, error: BaseException | None) -> str:
     return "CANCELLED" if isinstance(error, asyncio.CancelledError) else "UNKNOWN"
 
 
+def _log_access(
+    path: str,
+    request: Any,
+    context: ServicerContext,
+    error: BaseException | None,
+    started: float,
+    rid: str,
+    answer: Any = None,
+) -> None:
+    """The access-log line of one call: its status is the gRPC code's number, its
+    bytes the answer's (a unary call's)."""
+    code = grpc.StatusCode[_ended(context, error)].value[0]
+    model = getattr(request, "model_name", None) or getattr(request, "name", None)
+    size = len(answer) if isinstance(answer, bytes) else 0
+    if hasattr(answer, "ByteSize"):
+        size = answer.ByteSize()
+    peer = context.peer() or ""
+    request_log.log_access("POST", path, code, started, size, peer, rid, model or None)
+
+
+async def _logged(
+    behavior: Callable[..., Awaitable[Any]],
+    request: Any,
+    context: ServicerContext,
+    path: str,
+    rid: str,
+) -> Any:
+    """``behavior(request, context)``, then its access-log line (inside the call's span,
+    if any: the line names its trace)."""
+    started = time.perf_counter()
+    try:
+        answer = await behavior(request, context)
+    except BaseException as exc:
+        _log_access(path, request, context, exc, started, rid)
+        raise
+    _log_access(path, request, context, None, started, rid, answer)
+    return answer
+
+
 def counted(handler: grpc.RpcMethodHandler, path: str, counts: _Counts) -> grpc.RpcMethodHandler:
     """``handler`` of the method ``path`` (``/package.Service/Method``), each call's
     final status counted in ``counts``."""
     service, _, method = path.lstrip("/").rpartition("/")
     ok: GrpcKey = (service, method, "OK")
+    spanned = method not in spans.UNTRACED  # a probe gets no span
+    named = method == "ModelInfer"  # its V2 id is the request id (docs/observability.md#logs)
+    probe = not spanned  # the access log leaves probes out, as the spans do
 
     def count(context: ServicerContext, error: BaseException | None) -> None:
         code = _ended(context, error)
@@ -48,8 +94,24 @@ def counted(handler: grpc.RpcMethodHandler, path: str, counts: _Counts) -> grpc.
 
     def unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def call(request: Any, context: ServicerContext) -> Any:
+            rid = ""
+            if named:
+                rid = request.id
+                if not request_log.named(rid):  # none, or unfit for a header: one made
+                    rid = request_log.new_id()
+                    if not request.id:  # the answer's id is then the same
+                        request.id = rid
+                context.set_trailing_metadata(((request_log.REQUEST_ID_HEADER, rid),))
+                if request_log.track:
+                    request_log.current.set((rid, f"/v2/models/{request.model_name}"))
+            run = behavior
+            if request_log.access and not probe:
+                run = functools.partial(_logged, behavior, path=path, rid=rid)
             try:
-                answer = await behavior(request, context)
+                if tracing.on and spanned:  # docs/observability.md#tracing
+                    answer = await spans.traced_unary(run, request, context, service, method)
+                else:
+                    answer = await run(request, context)
             except BaseException as exc:
                 count(context, exc)
                 raise
@@ -62,8 +124,11 @@ def counted(handler: grpc.RpcMethodHandler, path: str, counts: _Counts) -> grpc.
 
     def streaming(behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
         async def call(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
+            started = time.perf_counter() if request_log.access else 0.0
             try:
                 answers = behavior(request, context)
+                if tracing.on and spanned:
+                    answers = spans.traced_stream(answers, context, service, method)
                 if hasattr(answers, "__aiter__"):
                     async for answer in answers:
                         yield answer
@@ -71,8 +136,12 @@ def counted(handler: grpc.RpcMethodHandler, path: str, counts: _Counts) -> grpc.
                     await answers
             except BaseException as exc:
                 count(context, exc)
+                if request_log.access:
+                    _log_access(path, None, context, exc, started, "")
                 raise
             count(context, None)
+            if request_log.access:
+                _log_access(path, None, context, None, started, "")
 
         return call
 

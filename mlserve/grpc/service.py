@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from mlserve.core.events import Event, Response, Trigger
 from mlserve.core.settings import FaceSettings
+from mlserve.core.streams import ChunkStream
+from mlserve.graph.traffic import ROUTING_HEADERS
 from mlserve.grpc import convert
 from mlserve.grpc.counting import CountedHandlers
 from mlserve.grpc.generated import grpc_predict_v2_pb2 as pb
@@ -25,6 +27,7 @@ from mlserve.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
 from mlserve.grpc.status import ServicerContext, abort, body_message
 from mlserve.protocol.errors import Forbidden, InvalidInput, MLServeError
 from mlserve.protocol.names import dot_name
+from mlserve.server.extensions import one_model
 
 if TYPE_CHECKING:
     from mlserve.core.tls import TLSSettings
@@ -127,37 +130,97 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The response serialized already (``serialized`` sends it as it is)."""
         try:
             raw = not request.parameters or convert.raw_outputs(request)  # no call, usually
-            body = await self._infer(request)
+            body = await self._infer(request, headers=_route_headers(context))
+            if isinstance(body, ChunkStream):  # a flow that streams: one answer cannot hold it
+                await body.aclose()
+                raise InvalidInput("the answer is a stream: call ModelStreamInfer")
             return convert.infer_response_bytes(body, raw)
         except MLServeError as exc:
             await abort(context, self._failure(exc))
 
-    async def _infer(self, request: pb.ModelInferRequest) -> dict[str, Any]:
-        """One inference: the core's response body; a failure raises the MLServeError of
-        its status."""
+    async def _infer(
+        self,
+        request: pb.ModelInferRequest,
+        stream: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """One inference: the core's response body (a JSON object, or a ChunkStream on the
+        model's ``infer_stream`` route or from a flow that streams); a failure raises the
+        MLServeError of its status."""
         body = convert.infer_to_core(request)
         path = _infer_path(request.model_name, request.model_version)
-        event = Event(body=body, path=path, method="POST", trigger=_TRIGGER)
+        if stream:
+            path += "_stream"
+        event = Event(body=body, path=path, method="POST", trigger=_TRIGGER, headers=headers)
         response: Response = await self.server.run_async(event)
         if response.status_code >= 300:
             raise _ResponseError(response)
-        answer: dict[str, Any] = response.body  # a 2xx inference answer is a JSON object
-        return answer
+        return response.body
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[pb.ModelInferRequest], context: ServicerContext
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Triton's stream: one response per request, in order; a failed request
-        answers with its ``error_message`` and the stream goes on."""
+    ) -> None:
+        """Triton's stream (docs/serving.md#streams-over-grpc): the requests are answered one
+        after another, in order, each with all its responses before the next starts; a
+        failed request answers with its ``error_message`` and the stream goes on. Each
+        response is written with ``context.write`` as it is made (no generator between
+        the model's chunks and grpc: docs/performance.md#streaming-where-the-time-goes)."""
+        headers = _route_headers(context)  # the call's, for each of its requests
+        write = context.write
         async for request in requests:
-            try:
-                raw = convert.raw_outputs(request)
-                body = await self._infer(request)
-                response = convert.infer_from_core(body, raw=raw)
-                yield pb.ModelStreamInferResponse(infer_response=response)
-            except MLServeError as exc:
-                message = body_message(self._failure(exc).body)
-                yield pb.ModelStreamInferResponse(error_message=message)
+            await self._answer_stream(request, headers, write)
+
+    async def _answer_stream(
+        self,
+        request: pb.ModelInferRequest,
+        headers: dict[str, str] | None,
+        write: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        """One request's responses, each written as it is made: a streamed answer's chunks
+        (``triton_final_response`` false), then the empty final response when asked; any
+        other answer as one response, final (Triton's decoupled and plain models)."""
+        try:
+            raw = convert.raw_outputs(request)
+            empty_final = convert.empty_final_response(request)
+            stream = self._streams(request.model_name, request.model_version)
+            body = await self._infer(request, stream, headers)
+            if not isinstance(body, ChunkStream):
+                answer = convert.stream_response_bytes(body, raw, final=True)
+        except MLServeError as exc:
+            await write(convert.stream_error(request, body_message(self._failure(exc).body)))
+            return
+        if not isinstance(body, ChunkStream):
+            await write(answer)
+            return
+        error: Exception | None = None
+        try:
+            while True:
+                try:
+                    chunk = await body.__anext__()
+                    data = convert.stream_response_bytes(chunk, raw, final=False)
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:  # the model's, a timeout, or a chunk that is not tensors
+                    error = exc
+                    break
+                await write(data)
+        finally:  # also when the client cancels: the model's generator is closed
+            await body.aclose()
+        if error is not None:
+            message = body_message(self.server.error_response(error).body)
+            await write(convert.stream_error(request, message))
+        elif empty_final:
+            await write(convert.final_response_bytes(request))
+
+    def _streams(self, name: str, version: str) -> bool:
+        """Whether the model a request names streams (asked of its ``infer_stream`` route);
+        False for a name no served model has (its ``infer`` route answers the 404)."""
+        try:
+            model = one_model(self.server, name, version or None)
+        except MLServeError:
+            return False
+        is_streaming = getattr(model, "is_streaming", None)  # a V2ModelServer's
+        return bool(is_streaming is not None and is_streaming())
 
     def _failure(self, exc: MLServeError) -> Response:
         """The error response of a failed inference (the core's own when it answered)."""
@@ -270,6 +333,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._call(context, f"/v2/{kind}sharedmemory{region}/{action}", body)
 
 
+def _route_headers(context: ServicerContext) -> dict[str, str] | None:
+    """The routing metadata of a call (``x-mlserve-route-key``, ``x-mlserve-route``), as
+    the headers of its event (docs/graphs.md#sticky-variants)."""
+    found = None
+    for key, value in context.invocation_metadata() or ():
+        if key in ROUTING_HEADERS:
+            found = found or {}
+            found[key] = value if isinstance(value, str) else value.decode("latin-1")
+    return found
+
+
 def _parameter(value: pb.ModelRepositoryParameter) -> Any:
     """A load parameter's value (``config`` is a string_param)."""
     which = value.WhichOneof("parameter_choice")
@@ -312,16 +386,19 @@ def serialized(message: Any) -> bytes:
 
 
 def _model_infer(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
-    """ModelInfer with a serializer that sends the bytes ``ModelInfer`` returns (the
-    generated registration would serialize a message)."""
-    handler = grpc.unary_unary_rpc_method_handler(
-        servicer.ModelInfer,
-        request_deserializer=pb.ModelInferRequest.FromString,
-        response_serializer=serialized,
-    )
-    return grpc.method_handlers_generic_handler(
-        "inference.GRPCInferenceService", {"ModelInfer": handler}
-    )
+    """ModelInfer and ModelStreamInfer with a serializer that sends the bytes they answer
+    as they are (the generated registration would serialize a message)."""
+    options: dict[str, Any] = {
+        "request_deserializer": pb.ModelInferRequest.FromString,
+        "response_serializer": serialized,
+    }
+    handlers = {
+        "ModelInfer": grpc.unary_unary_rpc_method_handler(servicer.ModelInfer, **options),
+        "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
+            servicer.ModelStreamInfer, **options
+        ),
+    }
+    return grpc.method_handlers_generic_handler("inference.GRPCInferenceService", handlers)
 
 
 async def start_grpc_server(

@@ -7,21 +7,27 @@ target and method checks are the mock server's own (``GraphServer.test``).
 Only a successful inference answer is compressed, as Triton does
 (docs/security.md#http-manners): tritonclient's async client turns aiohttp's own
 decompression off and inflates inference answers alone, while aiohttp asks for
-gzip on every request.
+gzip on every request. A streamed answer (a ``ChunkStream`` body) is never
+compressed: each chunk is one server-sent event, written as it comes
+(``write_events``).
 """
 
 from __future__ import annotations
 
 import re
+import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from itertools import chain
+from typing import Any
 
 from mlserve.core.aio import run_in_threadpool
 from mlserve.core.events import Event, Response
 from mlserve.core.settings import FaceSettings
+from mlserve.core.streams import ChunkStream
 from mlserve.protocol.errors import InvalidInput, PayloadTooLarge
 from mlserve.protocol.names import target_error
+from mlserve.protocol.tensors import dumps
 from mlserve.server.auth import authorize
 from mlserve.server.graph_server import (
     OFF_LOOP_BYTES,
@@ -42,7 +48,9 @@ __all__ = [
     "decode_body_async",
     "encoded",
     "encoded_async",
+    "event_stream_headers",
     "too_large",
+    "write_events",
 ]
 
 _REFUSED = re.compile(r";\s*q=0(\.0*)?$")  # "gzip;q=0": not acceptable
@@ -163,7 +171,10 @@ async def answer(server: GraphServer, event: Event, headers: Mapping[str, str]) 
 
 def encoded(response: Response, accept_encoding: str) -> Response | None:
     """``encoded_async`` when it would not suspend (no big tensors, no compression
-    asked for), in a plain call: the common answer; else None."""
+    asked for), in a plain call: the common answer; else None. A stream is
+    returned as it is (``write_events`` writes it)."""
+    if isinstance(response.body, ChunkStream):
+        return response
     if accept_encoding or encodes_off_loop(response):
         return None
     return encode_response(response)
@@ -171,7 +182,10 @@ def encoded(response: Response, accept_encoding: str) -> Response | None:
 
 async def encoded_async(response: Response, accept_encoding: str) -> Response:
     """The server's answer as a face sends it: encoded (big tensors off the event
-    loop), compressed as ``accept_encoding`` (``accepted_encoding``) asks."""
+    loop), compressed as ``accept_encoding`` (``accepted_encoding``) asks. A
+    stream is returned as it is."""
+    if isinstance(response.body, ChunkStream):
+        return response
     if encodes_off_loop(response):
         response = await encode_response_async(response)
     else:
@@ -193,3 +207,116 @@ async def compress_async(response: Response, accept_encoding: str) -> Response:
 async def decode_body_async(body: bytes, content_encoding: str, limit: int) -> bytes:
     """``decode_body`` off the event loop: a small body may inflate up to ``limit``."""
     return await run_in_threadpool(decode_body, body, content_encoding, limit)
+
+
+def event_stream_headers(response: Response) -> dict[str, str]:
+    """The head fields of a streamed answer besides its framing, names in lower case
+    (docs/protocol.md#streaming-over-http): the response's own after these."""
+    fields = {"content-type": ChunkStream.media_type, "cache-control": "no-cache"}
+    fields.update((name.lower(), str(value)) for name, value in response.headers.items())
+    return fields
+
+
+def _event(chunk: object) -> bytes:
+    """One chunk as a server-sent event: ``data: <compact JSON>`` and a blank line."""
+    return b"data: %b\n\n" % dumps(chunk)
+
+
+# Events that come without waiting are joined into one write of at most this many bytes,
+# held at most this long: one send per turn of the loop, not one per chunk.
+_BATCH_BYTES = 16 * 1024
+_BATCH_SECONDS = 0.001
+
+
+class _Resumed:
+    """The rest of a pull begun by hand (``send(None)``) that now waits on ``waiting``:
+    awaiting this drives the pull on to its end, as ``await`` would have (a cancel
+    included)."""
+
+    __slots__ = ("pull", "waiting")
+
+    def __init__(self, pull: Coroutine[Any, Any, Any], waiting: Any) -> None:
+        self.pull = pull
+        self.waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        pull, waiting = self.pull, self.waiting
+        while True:
+            try:
+                sent = yield waiting
+            except BaseException as exc:  # a cancel: into the pull, as await would
+                try:
+                    waiting = pull.throw(exc)
+                except StopIteration as ended:
+                    return ended.value
+            else:
+                try:
+                    waiting = pull.send(sent)
+                except StopIteration as ended:
+                    return ended.value
+
+
+async def write_events(
+    server: GraphServer,
+    stream: ChunkStream,
+    path: str,
+    write: Callable[[list[bytes]], Awaitable[None] | None],
+) -> list[bytes]:
+    """Write each chunk of ``stream`` as an event the moment it comes; an error that
+    ends it becomes the last event (``event: error``, its text as ``error_response``
+    gives it, so hidden errors stay hidden). The stream is closed however this ends
+    (a cancel: the client left), so the model's generator ``finally`` runs.
+
+    ``write`` sends events at once and returns None, or, while the client reads
+    slowly, an awaitable that waits for it: no chunk is pulled meanwhile (but one
+    already being pulled). The first chunk goes out alone (before it, ``write([])``
+    when the stream must wait for it: the face may send what it holds); chunks after
+    it that are ready without waiting (a sync generator's queued ones, an async
+    generator's that did not suspend) go out together, before the stream waits for
+    the next (docs/streaming.md#how-chunks-are-sent). Returns the last events, not
+    written: the face sends them with the end of its answer."""
+    batch: list[bytes] = []
+    size, since = 0, 0.0
+    waiting_client: Awaitable[None] | None = None
+    try:
+        while True:
+            pull = stream.__anext__()
+            try:
+                try:
+                    waiting = pull.send(None)  # the next chunk, when it is ready
+                except StopIteration as ready:
+                    chunk = ready.value
+                else:  # it is not: what is held goes out before the stream waits
+                    if batch or not stream.chunks:
+                        waiting_client = write(batch)
+                        batch, size = [], 0
+                    chunk = await _Resumed(pull, waiting)
+                    if waiting_client is not None:
+                        await waiting_client
+                        waiting_client = None
+                data = _event(chunk)
+            except StopAsyncIteration:
+                break
+            except Exception as exc:  # the model's error, a timeout, a chunk that is not JSON
+                error = server.error_response(exc, path)
+                batch.append(b"event: error\ndata: %b\n\n" % dumps(error.body))
+                break
+            if not batch:
+                since = time.monotonic()
+            batch.append(data)
+            size += len(data)
+            if (
+                stream.chunks == 1
+                or size >= _BATCH_BYTES
+                or time.monotonic() - since > _BATCH_SECONDS
+            ):
+                waiting_client = write(batch)
+                batch, size = [], 0
+                if waiting_client is not None:
+                    await waiting_client
+                    waiting_client = None
+        if waiting_client is not None:
+            await waiting_client
+        return batch
+    finally:
+        await stream.aclose()

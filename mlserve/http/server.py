@@ -12,7 +12,10 @@ connections) are enforced while parsing, so an oversized request is answered
 before the rest of it is read. A connection holds bounded memory: it reads no
 more while its client leaves answers unread past ``write_buffer_bytes`` (or its
 pipelined requests hold as much), and is cut when they stay unread
-(docs/security.md#memory-per-connection). The ASGI
+(docs/security.md#memory-per-connection). A streamed answer goes out as
+server-sent events, one chunk each as the model yields it; a client that reads
+slowly holds the model back, one that leaves closes its stream
+(docs/protocol.md#streaming-over-http). The ASGI
 app (``mlserve.http.create_app``) stays for uvicorn, hypercorn and ASGI middleware.
 """
 
@@ -23,16 +26,20 @@ import logging
 import socket
 import ssl
 import sys
+import time
 from collections import deque
+from collections.abc import Awaitable
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
 import httptools
 
+from mlserve.core import request_log, tracing
 from mlserve.core.events import Event, Response, Trigger
 from mlserve.core.settings import FaceSettings
-from mlserve.http import gate
+from mlserve.core.streams import ChunkStream
+from mlserve.http import gate, spans
 from mlserve.http.clients import TOO_MANY_CONNECTIONS, Clients, RateBucket, rate_limited
 from mlserve.monitoring.responses import HTTP_METHODS, http_counts, method_label
 from mlserve.protocol.errors import MLServeError
@@ -80,18 +87,30 @@ def _head(status: int, content_type: str) -> bytes:
     return head
 
 
-def response_bytes(response: Response, keep_alive: bool, head_only: bool) -> bytes:
-    """An encoded Response (bytes body) as it goes on the wire."""
+def response_bytes(
+    response: Response, keep_alive: bool, head_only: bool, request_id: str = ""
+) -> bytes:
+    """An encoded Response (bytes body) as it goes on the wire, naming ``request_id``
+    in ``x-request-id`` when given."""
     body = response.body
     status = response.status_code
     if keep_alive and not head_only and not response.headers and status not in _NO_BODY_STATUS:
         # the common answer: its cached head, the length and the body in one formatting
         content_type = response.content_type
         head = _heads.get((status, content_type)) or _head(status, content_type)
+        if request_id:
+            return b"%s%d\r\nx-request-id: %s\r\n\r\n%s" % (
+                head,
+                len(body),
+                request_id.encode(),
+                body,
+            )
         return b"%s%d\r\n\r\n%s" % (head, len(body), body)
     parts = [_head(status, response.content_type)]
     if status not in _NO_BODY_STATUS:
         parts.append(b"%d\r\n" % len(body))
+    if request_id:
+        parts.append(b"x-request-id: %s\r\n" % request_id.encode())
     for name, value in response.headers.items():
         parts.append(f"{name.lower()}: {value}\r\n".encode("latin-1"))
     if not keep_alive:
@@ -212,6 +231,8 @@ class HTTPProtocol(asyncio.Protocol):
         self.unread_since: float | None = None  # since when answers wait on the client
         self.unread = sys.maxsize  # what was left unread at the last sweep
         self.waiting = False  # an answer is out, the next waits for the client to read
+        self.streaming: asyncio.Task[None] | None = None  # writing a streamed answer
+        self.writable: asyncio.Future[None] | None = None  # the stream waits for the client
 
     # ---- connection -----------------------------------------------------------------
 
@@ -240,6 +261,8 @@ class HTTPProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self.streaming is not None:  # the client left: its stream is closed
+            self.streaming.cancel()
         self.owner.connections.discard(self)
         if self.client is not None:
             self.owner.clients.release(self.client)
@@ -281,6 +304,9 @@ class HTTPProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.unread_since = None
+        writable, self.writable = self.writable, None
+        if writable is not None and not writable.done():  # a stream goes on
+            writable.set_result(None)
         if self.waiting:  # the next request's turn, held while the client read
             self.waiting = False
             self._start(self.queue.popleft())
@@ -432,7 +458,8 @@ class HTTPProtocol(asyncio.Protocol):
             self._enqueue((event, keep_alive, head_only))
         else:  # nothing before it: answered now (what ``_enqueue`` and ``_start`` would do)
             self.busy = True
-            self.loop.create_task(self._answer(event, keep_alive, head_only))
+            answer = self._traced if tracing.on else self._answer
+            self.loop.create_task(answer(event, keep_alive, head_only))
 
     def _remember(self, key: tuple[bytes, bytes], target: _Target) -> None:
         """Cache an admitted target (bounded: a client that invents URLs empties it)."""
@@ -460,10 +487,31 @@ class HTTPProtocol(asyncio.Protocol):
             self._finish(response_bytes(encode_response(event), keep_alive, head_only), keep_alive)
         else:
             self.queued_bytes -= len(event.body or b"")
-            self.loop.create_task(self._answer(event, keep_alive, head_only))
+            answer = self._traced if tracing.on else self._answer
+            self.loop.create_task(answer(event, keep_alive, head_only))
 
-    async def _answer(self, event: Event, keep_alive: bool, head_only: bool) -> None:
+    async def _traced(self, event: Event, keep_alive: bool, head_only: bool) -> Response:
+        """``_answer`` inside the request's server span (docs/observability.md#tracing)."""
+        sockname = self.transport.get_extra_info("sockname")
+        method = "HEAD" if head_only else event.method
+        return await spans.traced(
+            lambda: self._answer(event, keep_alive, head_only),
+            method,
+            event.path,
+            event.headers,
+            len(event.body or b""),
+            self.client,
+            sockname[0] if isinstance(sockname, tuple) else None,
+            lambda: request_log.request_id(event),
+        )
+
+    async def _answer(self, event: Event, keep_alive: bool, head_only: bool) -> Response:
         headers = event.headers
+        path = event.path  # the router rewrites it to the operation
+        started = 0.0
+        if request_log.track:  # JSON logs or the access log: the lines name the request
+            started = time.perf_counter()
+            request_log.current.set((event, path))
         try:
             if "content-encoding" in headers and event.body:
                 response = await self._decoded_answer(event)
@@ -482,8 +530,70 @@ class HTTPProtocol(asyncio.Protocol):
         key = (response.status_code, method if method in HTTP_METHODS else "other")
         counts = self.responses
         counts[key] = counts.get(key, 0) + 1
+        if isinstance(response.body, ChunkStream):  # (a Response of this request's own)
+            response.headers = {**response.headers, "x-request-id": request_log.request_id(event)}
+            await self._stream(response, path, keep_alive, head_only)
+            return response
         keep_alive = keep_alive and not (self.closing and not self.queue)
-        self._finish(response_bytes(response, keep_alive, head_only), keep_alive)
+        rid = request_log.request_id(event)
+        self._finish(response_bytes(response, keep_alive, head_only, rid), keep_alive)
+        if request_log.access and spans.http_route(method, path) is not None:  # no probes
+            size = len(response.body) if isinstance(response.body, bytes) else 0
+            peer = self.transport.get_extra_info("peername")
+            client = str(peer[0]) if isinstance(peer, tuple) else ""
+            model = request_log.model_of(path, event)
+            status = response.status_code
+            request_log.log_access(method, path, status, started, size, client, rid, model)
+        return response
+
+    async def _stream(
+        self, response: Response, path: str, keep_alive: bool, head_only: bool
+    ) -> None:
+        """Write a streamed answer: chunked (close-delimited to an HTTP/1.0 client),
+        each chunk an event written as it comes; then the next request's turn."""
+        stream: ChunkStream = response.body
+        if self.lost:  # the client left while the first chunk was made
+            await stream.aclose()
+            return
+        parser = getattr(self, "parser", None)  # (gone once a timed-out head closes it)
+        chunked = parser is None or parser.get_http_version() != "1.0"  # (a pipeline's own)
+        keep_alive = keep_alive and chunked and not (self.closing and not self.queue)
+        status = response.status_code
+        head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"]
+        head += [
+            f"{name}: {value}\r\n" for name, value in gate.event_stream_headers(response).items()
+        ]
+        if chunked:
+            head.append("transfer-encoding: chunked\r\n")
+        if not keep_alive:
+            head.append("connection: close\r\n")
+        events = _Events(self, ("".join(head) + "\r\n").encode("latin-1"), chunked)
+        if head_only:
+            await stream.aclose()
+            self._finish(events.framed([]), keep_alive)
+            return
+        self.streaming = asyncio.current_task()
+        try:
+            last = await gate.write_events(self.server, stream, path, events.write)
+        finally:
+            self.streaming = None
+        keep_alive = keep_alive and not (self.closing and not self.queue)
+        self._finish(events.framed(last) + (b"0\r\n\r\n" if chunked else b""), keep_alive)
+
+    def _write_plain(self, data: bytes) -> Awaitable[None] | None:
+        """Write ``data`` now; while the client leaves ``write_buffer_bytes`` unread, the
+        wait for it to read (no next chunk is pulled: the model waits too), as long as
+        ``write_timeout`` lets it (the sweep cuts the connection, which cancels the
+        stream)."""
+        if self.lost:  # (the stream is being cancelled)
+            return None
+        self.transport.write(data)
+        if self.unread_since is None:
+            return None
+        writable = self.writable
+        if writable is None:  # resume_writing resolves it (a future: unawaited, it is just dropped)
+            writable = self.writable = self.loop.create_future()
+        return writable
 
     async def _decoded_answer(self, event: Event) -> Response:
         """The answer to a body sent with a Content-Encoding: decoded first (a 400 or
@@ -525,6 +635,31 @@ class HTTPProtocol(asyncio.Protocol):
             self.continue_pending = False
             self.body_since = self.loop.time()  # the body it waited for may come now
             self.transport.write(_CONTINUE)
+
+
+class _Events:
+    """How a streamed answer's events reach its socket: the head goes with the first
+    of them (alone when the stream waits for its first chunk), each write one HTTP
+    chunk (close-delimited to an HTTP/1.0 client): one send per batch of events."""
+
+    __slots__ = ("conn", "head", "chunked")
+
+    def __init__(self, conn: HTTPProtocol, head: bytes, chunked: bool) -> None:
+        self.conn = conn
+        self.head = head  # b"" once sent
+        self.chunked = chunked
+
+    def framed(self, events: list[bytes]) -> bytes:
+        data = b"".join(events)
+        if data and self.chunked:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        if self.head:
+            data, self.head = self.head + data, b""
+        return data
+
+    def write(self, events: list[bytes]) -> Awaitable[None] | None:
+        data = self.framed(events)
+        return self.conn._write_plain(data) if data else None
 
 
 class HTTPServer:

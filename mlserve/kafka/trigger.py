@@ -20,6 +20,11 @@ dead-letter message keeps the input's value, key and headers and adds
 ``mlserve-status``, ``mlserve-error`` (the error body) and ``mlserve-source``
 (``topic/partition/offset``). Nothing is retried forever and nothing is
 dropped: a dead-letter message counts as the message's result.
+
+A streamed answer (a ChunkStream: a message that asks a streaming model for
+``infer_stream``, or a flow whose answer streams) is produced one message per
+chunk as the chunks come, then a final marker; or, with ``stream_output``
+"joined", as one message (docs/deployment.md#streamed-answers).
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mlserve.core import tracing
 from mlserve.core.events import Event, Response, Trigger
 from mlserve.core.kafka_config import confluent, consumer_config, producer_config
+from mlserve.core.streams import ChunkStream
 from mlserve.kafka import metrics
+from mlserve.server.graph_server import encode_response
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -42,11 +50,20 @@ if TYPE_CHECKING:
 
     from mlserve.server.graph_server import GraphServer
 
-__all__ = ["KafkaTrigger", "TriggerOptions"]
+__all__ = ["STREAM_OUTPUTS", "KafkaTrigger", "TriggerOptions", "traced_headers"]
 
 logger = logging.getLogger("mlserve.kafka")
 
 DELIVERY_WAIT_SECONDS = 30.0
+
+# How a streamed answer is produced: a message per chunk and a final marker, or one message.
+STREAM_OUTPUTS = ("chunks", "joined")
+
+# The headers of a streamed answer's messages (docs/deployment.md#streamed-answers).
+SEQ_HEADER = "mlserve-seq"
+REQUEST_ID_HEADER = "mlserve-request-id"
+FINAL_HEADER = "mlserve-final"
+STREAMED_HEADER = "mlserve-streamed"
 
 
 class Message(Protocol):
@@ -82,9 +99,14 @@ class TriggerOptions:
     backoff_seconds: float = 0.5
     consumer: dict[str, Any] = field(default_factory=dict)
     producer: dict[str, Any] = field(default_factory=dict)
+    stream_output: str = "chunks"  # a streamed answer: "chunks" or "joined" (STREAM_OUTPUTS)
 
     def __post_init__(self) -> None:
         self.dead_letter_topic = self.dead_letter_topic or f"{self.topic}-dead-letter"
+        if self.stream_output not in STREAM_OUTPUTS:
+            raise ValueError(
+                f"stream_output is one of {', '.join(STREAM_OUTPUTS)}, not {self.stream_output!r}"
+            )
 
 
 class KafkaTrigger:
@@ -175,7 +197,10 @@ class KafkaTrigger:
                 continue
             metrics.CONSUMED.labels(topic).inc()
             last[partition] = message.offset()
-            self._handle(message)
+            if tracing.on:
+                self._traced_handle(message)
+            else:
+                self._handle(message)
         self._producer.flush(DELIVERY_WAIT_SECONDS)
         if len(self._producer):
             self._failed_partitions.update(last)  # no report in time: run them all again
@@ -204,13 +229,38 @@ class KafkaTrigger:
             if not self._stop.is_set():  # (at stop the group's next owner reads them)
                 self._consumer.seek(TopicPartition(topic, partition, offset))
 
+    def _traced_handle(self, message: Message) -> None:
+        """``_handle`` in a ``{topic} process`` consumer span continuing the message's
+        ``traceparent`` header (docs/observability.md#tracing)."""
+        headers = {name: _text(value) for name, value in message.headers() or []}
+        attributes: dict[str, Any] = {
+            "messaging.system": "kafka",
+            "messaging.operation": "process",
+            "messaging.destination.name": message.topic(),
+            "messaging.destination.partition.id": str(message.partition()),
+            "messaging.kafka.offset": message.offset(),
+            "messaging.consumer.group.name": self.options.group,
+        }
+        key = message.key()
+        if key is not None:
+            attributes["messaging.kafka.message.key"] = _text(key)
+        name = f"{message.topic()} process"
+        with tracing.server_span(name, headers, attributes, kind="consumer"):
+            self._handle(message)
+
     def _handle(self, message: Message) -> None:
         options = self.options
         response = self._answer(message)
         source = f"{message.topic()}/{message.partition()}/{message.offset()}"
         if response.status_code < 400:
+            headers = [("mlserve-source", source.encode())]
+            if isinstance(response.body, ChunkStream):
+                headers.append((REQUEST_ID_HEADER, response.headers[REQUEST_ID_HEADER].encode()))
+                self._produce_chunks(message, response.body, headers, source)
+                return
+            if STREAMED_HEADER in response.headers:  # a streamed answer, joined
+                headers.append((STREAMED_HEADER, b"1"))
             if options.output_topic:
-                headers = [("mlserve-source", source.encode())]
                 self._produce(
                     options.output_topic, message, response.body, headers, metrics.PRODUCED
                 )
@@ -232,7 +282,7 @@ class KafkaTrigger:
         """The graph's answer, a 5xx retried with doubling backoff."""
         delay = self.options.backoff_seconds
         for attempt in range(self.options.retries + 1):
-            response: Response = self.server.run(to_event(message))
+            response = self._respond(message)
             if response.status_code < 500 or attempt == self.options.retries:
                 return response
             metrics.RETRIED.labels(self.options.topic).inc()
@@ -240,6 +290,54 @@ class KafkaTrigger:
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+    def _respond(self, message: Message) -> Response:
+        """The graph's answer to one message: a Response whose body is bytes, or, for a
+        streamed answer produced chunk by chunk, its ChunkStream (headers: the request's
+        id). A joined stream is read here, so that its failure is retried as any."""
+        event = to_event(message)
+        response = self.server.answer(event)
+        stream = response.body
+        if not isinstance(stream, ChunkStream):
+            return encode_response(response)
+        if self.options.stream_output == "chunks":
+            return Response(stream, headers={REQUEST_ID_HEADER: event.id})
+        try:
+            chunks = list(self.server.read_stream(stream))
+        except Exception as exc:
+            return encode_response(self.server.error_response(exc))
+        joined = encode_response(Response(chunks))
+        joined.headers = {STREAMED_HEADER: "1"}
+        return joined
+
+    def _produce_chunks(
+        self, message: Message, stream: ChunkStream, headers: list[tuple[str, bytes]], source: str
+    ) -> None:
+        """Each chunk as one message as it comes (header ``mlserve-seq``), then the final
+        marker: an empty value, ``mlserve-final``, the chunk count as its ``mlserve-seq``,
+        and when the stream failed, its ``mlserve-status`` and ``mlserve-error``. Without
+        an output topic the stream is still read to its end (the model's own work)."""
+        topic = self.options.output_topic
+        marker = [(FINAL_HEADER, b"1")]
+        seq = 0
+        try:
+            for chunk in self.server.read_stream(stream):
+                if topic:
+                    value = encode_response(Response(chunk)).body
+                    seq_header = (SEQ_HEADER, str(seq).encode())
+                    self._produce(topic, message, value, [*headers, seq_header], metrics.PRODUCED)
+                seq += 1
+        except Exception as exc:  # the model's, or a stream timeout: the marker tells
+            failure = encode_response(self.server.error_response(exc))
+            status = failure.status_code
+            metrics.FAILED.labels(self.options.topic, str(status)).inc()
+            logger.warning(
+                "message %s: its stream failed after %d chunks (%d)", source, seq, status
+            )
+            marker += [("mlserve-status", str(status).encode()), ("mlserve-error", failure.body)]
+        if topic:
+            marker.append((SEQ_HEADER, str(seq).encode()))
+            self._produce(topic, message, b"", [*headers, *marker], metrics.PRODUCED)
 
     def _produce(
         self,
@@ -251,6 +349,25 @@ class KafkaTrigger:
     ) -> None:
         headers = [*(message.headers() or []), *extra_headers]
         on_delivery = self._on_delivery(message.partition(), counter.labels(topic).inc)
+        if tracing.on:  # a ``{topic} publish`` span; the message carries its traceparent
+            attributes = {
+                "messaging.system": "kafka",
+                "messaging.operation": "publish",
+                "messaging.destination.name": topic,
+            }
+            with tracing.span(f"{topic} publish", attributes, kind="producer"):
+                self._send(topic, message, value, traced_headers(headers), on_delivery)
+            return
+        self._send(topic, message, value, headers, on_delivery)
+
+    def _send(
+        self,
+        topic: str,
+        message: Message,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+        on_delivery: Callable[..., None],
+    ) -> None:
         while True:
             try:
                 self._producer.produce(
@@ -287,6 +404,18 @@ def to_event(message: Message) -> Event:
     key = message.key()
     event.key = _text(key) if key is not None else None
     return event
+
+
+def traced_headers(headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """``headers`` with the current span's ``traceparent`` (and ``tracestate``) in place
+    of the input's."""
+    current: dict[str, str] = {}
+    tracing.inject(current)
+    kept = [(name, value) for name, value in headers if name.lower() not in _TRACE_HEADERS]
+    return kept + [(name, value.encode("latin-1")) for name, value in current.items()]
+
+
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 
 def _text(value: bytes | None) -> str:

@@ -45,8 +45,10 @@ def drift_alert(
     endpoint: ModelEndpoint, previous: str, status: str, summary: dict[str, Any]
 ) -> dict[str, Any]:
     """The alert's JSON body: who drifted, from what to what, and the window's measures
-    (``summary``'s ``general_drift``, ``drift_measures`` and ``window``)."""
+    (``summary``'s ``general_drift``, ``drift_measures`` and ``window``), and the traces of
+    the window's first calls (``trace_ids``: docs/observability.md#tracing)."""
     measures = summary.get("drift_measures") or {}
+    window = summary.get("window") or {}
     return {
         "kind": "drift",
         "event": DRIFT_EVENTS[DRIFT_LEVELS[status]],
@@ -58,8 +60,9 @@ def drift_alert(
         "previous_status": previous,
         "status": status,
         "general_drift": summary.get("general_drift", measures.get("general_drift")),
-        "window": summary.get("window") or {},
+        "window": window,
         "drift_measures": measures,
+        "trace_ids": window.get("trace_ids") or [],
     }
 
 
@@ -69,7 +72,8 @@ class DriftAlerts:
     ``retries``: further tries of an alert after a connection error or a 5xx, the
     ``n``-th after ``backoff * 2**(n-1)`` seconds. ``timeout``: seconds per try.
     ``max_queue``: alerts waiting to be sent, at most. ``headers`` are added to each POST
-    (an ``Authorization`` header, say).
+    (an ``Authorization`` header, say). ``kind``: what the alerts are, as the log lines
+    name them (``"rollout"`` for a canary's decisions).
     """
 
     def __init__(
@@ -80,9 +84,11 @@ class DriftAlerts:
         backoff: float = 0.5,
         max_queue: int = 1000,
         headers: dict[str, str] | None = None,
+        kind: str = "drift",
     ) -> None:
         if urlsplit(url).scheme not in ("http", "https"):
-            raise ValueError(f"the drift alert URL must be http:// or https://, not {url!r}")
+            raise ValueError(f"the {kind} alert URL must be http:// or https://, not {url!r}")
+        self.kind = kind
         self.url = url
         self.retries = max(int(retries), 0)
         self.timeout = timeout
@@ -97,7 +103,9 @@ class DriftAlerts:
         self._abort = threading.Event()  # close() ran out of time: stop retrying
         self._log = LogEvery()  # failed alerts
         self._drop_log = LogEvery()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="mlserve-drift-alerts")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"mlserve-{kind}-alerts"
+        )
         self._thread.start()
 
     def observe(self, endpoint: ModelEndpoint, status: str, summary: dict[str, Any]) -> None:
@@ -119,18 +127,24 @@ class DriftAlerts:
             return
         self._enqueue(dumps_strict(drift_alert(endpoint, previous, status, summary)))
 
+    def post(self, alert: dict[str, Any]) -> None:
+        """Queue any other alert for the same webhook (a rollout decision:
+        docs/graphs.md#rolling-back-or-promoting-a-canary)."""
+        self._enqueue(dumps_strict(alert))
+
     def _enqueue(self, body: bytes) -> None:
         with self._cond:
             if self._closing:
                 self.dropped += 1
-                logger.warning("drift alerts: an alert after close() is dropped")
+                logger.warning("%s alerts: an alert after close() is dropped", self.kind)
                 return
             if len(self._queue) >= self.max_queue:
                 self._queue.popleft()  # the oldest gives way to the newest
                 self.dropped += 1
                 if self._drop_log.take() is not None:
                     logger.warning(
-                        "drift alerts: queue of %d full, oldest alert dropped (%d in all)",
+                        "%s alerts: queue of %d full, oldest alert dropped (%d in all)",
+                        self.kind,
                         self.max_queue,
                         self.dropped,
                     )
@@ -150,7 +164,7 @@ class DriftAlerts:
             left, self._queue = len(self._queue), collections.deque()
             self.dropped += left
         if left:
-            logger.warning("drift alerts: %d alerts not sent at close", left)
+            logger.warning("%s alerts: %d alerts not sent at close", self.kind, left)
 
     # ---- sender thread -------------------------------------------------------------
 
@@ -165,7 +179,7 @@ class DriftAlerts:
             try:
                 self._deliver(body)
             except Exception:  # the sender must outlive anything
-                logger.exception("drift alerts: sending an alert failed")
+                logger.exception("%s alerts: sending an alert failed", self.kind)
                 self.failed += 1
 
     def _deliver(self, body: bytes) -> None:
@@ -200,4 +214,4 @@ class DriftAlerts:
         held = self._log.take()
         if held is not None:
             more = f" ({held} more failures since the last line)" if held else ""
-            logger.warning("drift alerts: POST %s %s%s", self.url, why, more)
+            logger.warning("%s alerts: POST %s %s%s", self.kind, self.url, why, more)

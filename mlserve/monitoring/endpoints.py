@@ -4,7 +4,10 @@ keeps them.
 Each model (and each ensemble, as a router whose children are leaves) of a
 tracked function is registered once at start. Requests only bump in-memory
 counters; the registry writes them to its store every ``flush_every``
-seconds and at shutdown, so a request never waits for a database.
+seconds and at shutdown, so a request never waits for a database. A shadow
+model's record also counts how its answers compared with its primary's
+(docs/graphs.md#shadow-routes): the registry reads each shadow's totals and writes
+what they gained since its last write, so the counts of several workers add up.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import hashlib
 import itertools
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
@@ -30,11 +34,16 @@ __all__ = [
     "EndpointType",
     "ModelEndpoint",
     "RequestCounts",
+    "SHADOW_RESULTS",
     "Tally",
     "endpoint_uid",
+    "shadow_metrics",
 ]
 
 logger = logging.getLogger("mlserve.monitoring")
+
+SHADOW_RESULTS = ("agree", "disagree", "error", "dropped")
+"""A shadow's counts in its record (``status.metrics["shadow"]``), beside ``agreement``."""
 
 
 class EndpointType(IntEnum):
@@ -82,7 +91,9 @@ class EndpointStatus(BaseModel):
     last_request: datetime | None = None
     error_count: int = 0
     metrics: dict[str, Any] = Field(default_factory=dict)
-    """``{"requests": n}``: calls counted so far."""
+    """``{"requests": n}``: calls counted so far; a shadow model's also ``"shadow":
+    {"agree", "disagree", "error", "dropped", "agreement"}`` (``agreement``: the share of
+    compared answers that agreed, None before one was compared)."""
     current_stats: dict[str, Any] = Field(default_factory=dict)
     """The last monitored window's input statistics, histogrammed on the reference's
     padded edges (docs/monitoring.md#drift)."""
@@ -120,6 +131,14 @@ class RequestCounts:
         self.last = max(self.last, other.last)
         self.requests += other.requests
         self.errors += other.errors
+
+
+def shadow_metrics(counts: dict[str, int]) -> dict[str, Any]:
+    """A shadow's counts as its record shows them, with the share that agreed."""
+    compared = counts.get("agree", 0) + counts.get("disagree", 0)
+    shown: dict[str, Any] = {name: int(counts.get(name, 0)) for name in SHADOW_RESULTS}
+    shown["agreement"] = counts.get("agree", 0) / compared if compared else None
+    return shown
 
 
 class Tally:
@@ -161,6 +180,8 @@ class EndpointRegistry:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._shadow_totals: Callable[[], dict[str, dict[str, int]]] | None = None
+        self._shadow_written: dict[str, dict[str, int]] = {}  # the totals already in the store
 
     def register(self, endpoint: ModelEndpoint) -> None:
         """Create the record, or update its spec; request counters are kept."""
@@ -207,6 +228,23 @@ class EndpointRegistry:
             else:
                 counts.merge(tallied)
 
+    def watch_shadows(self, totals: Callable[[], dict[str, dict[str, int]]]) -> None:
+        """Where each flush reads the shadows' counts: this process's totals since it
+        started (``SHADOW_RESULTS``), by the shadow model's uid."""
+        self._shadow_totals = totals
+
+    def _flush_shadows(self) -> None:
+        """Add what each shadow's totals gained since the last write (under the lock);
+        a failed write is retried by the next flush."""
+        if self._shadow_totals is None:
+            return
+        for uid, totals in self._shadow_totals().items():
+            written = self._shadow_written.get(uid, {})
+            gained = {name: totals.get(name, 0) - written.get(name, 0) for name in SHADOW_RESULTS}
+            if any(gained.values()):
+                self.store.add_shadow_counts(uid, gained)
+                self._shadow_written[uid] = dict(totals)
+
     def _start_flusher(self) -> None:
         self._thread = threading.Thread(
             target=self._flush_loop, daemon=True, name="mlserve-endpoints"
@@ -234,6 +272,8 @@ class EndpointRegistry:
                 self._restore(counts)
                 raise
             del counts[uid]
+        with self._lock:
+            self._flush_shadows()
 
     def _restore(self, counts: dict[str, RequestCounts]) -> None:
         with self._lock:

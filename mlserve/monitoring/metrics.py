@@ -33,6 +33,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from mlserve.core.recorder import LATENCY_BUCKETS, recorders
+from mlserve.graph.rollout import decision_counts
+from mlserve.graph.shadow import ShadowCounts, shadow_counts
 from mlserve.monitoring.responses import GrpcKey, HttpKey, grpc_totals, http_totals
 
 __all__ = [
@@ -41,9 +43,11 @@ __all__ = [
     "ModelCalls",
     "QUEUE_DEPTH",
     "REGISTRY",
+    "RolloutDecisions",
     "STREAM_DROPPED",
     "STREAM_FAILED",
     "STREAM_SENT",
+    "ShadowCalls",
     "WORKER_RESTARTS",
 ]
 
@@ -58,13 +62,15 @@ class ModelCalls(Collector):
     by model, version and operation, read from the models' recorders."""
 
     def describe(self) -> list[Metric]:
-        return list(self._families([], []))
+        return [*self._families([], []), *_stream_families([])]
 
     def collect(self) -> Iterator[Metric]:
         found = list(recorders())
         rows = [(r.name, r.version, snap) for r in found for snap in r.snapshot()]
         loads = [(r.name, r.version, r.load_seconds) for r in found if r.load_seconds is not None]
-        return self._families(rows, loads)
+        yield from self._families(rows, loads)
+        streams = [(r.name, r.version, r.stream_snapshot()) for r in found]
+        yield from _stream_families([(n, v, s) for n, v, s in streams if s is not None])
 
     @staticmethod
     def _families(
@@ -107,6 +113,31 @@ class ModelCalls(Collector):
         yield from (requests, errors, latency, load)
 
 
+def _stream_families(
+    rows: list[tuple[str, str, tuple[int, int, float, list[int], float]]],
+) -> Iterator[Metric]:
+    """``mlserve_model_stream_chunks_total`` and ``mlserve_model_stream_first_chunk_seconds``
+    of the models that streamed (docs/monitoring.md#prometheus-metrics)."""
+    labels = ("model", "version")
+    chunks = CounterMetricFamily(
+        "mlserve_model_stream_chunks", "Chunks the model's streamed answers sent.", labels=labels
+    )
+    first = HistogramMetricFamily(
+        "mlserve_model_stream_first_chunk_seconds",
+        "Time from a streamed call's start to its first chunk.",
+        labels=labels,
+    )
+    bounds = [floatToGoString(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+    for name, version, (sent, _, seconds, buckets, created) in rows:
+        chunks.add_metric((name, version), sent, created=created)
+        cumulative, total = [], 0
+        for bound, n in zip(bounds, buckets, strict=True):
+            total += n
+            cumulative.append((bound, total))
+        first.add_metric((name, version), cumulative, seconds)
+    yield from (chunks, first)
+
+
 REGISTRY.register(ModelCalls())
 
 
@@ -141,6 +172,64 @@ class FaceResponses(Collector):
 
 
 REGISTRY.register(FaceResponses())
+
+
+class ShadowCalls(Collector):
+    """``mlserve_shadow_agreement`` (each shadow's answers that agree with, or differ
+    from, the primary's, or failed) and ``mlserve_shadow_dropped`` (copies a busy shadow
+    dropped), read from the shadows' counts (docs/graphs.md#shadow-routes)."""
+
+    def describe(self) -> list[Metric]:
+        return list(self._families({}))
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families(shadow_counts())
+
+    @staticmethod
+    def _families(counts: dict[str, ShadowCounts]) -> Iterator[Metric]:
+        agreement = CounterMetricFamily(
+            "mlserve_shadow_agreement",
+            "Shadow answers compared with the primary's, by result.",
+            labels=("shadow", "result"),
+        )
+        dropped = CounterMetricFamily(
+            "mlserve_shadow_dropped",
+            "Request copies a shadow dropped: its queue was full.",
+            labels=("shadow",),
+        )
+        for shadow, count in sorted(counts.items()):
+            for result in ("agree", "disagree", "error"):
+                agreement.add_metric((shadow, result), getattr(count, result))
+            dropped.add_metric((shadow,), count.dropped)
+        yield from (agreement, dropped)
+
+
+REGISTRY.register(ShadowCalls())
+
+
+class RolloutDecisions(Collector):
+    """``mlserve_rollout_decisions``: each canary's automatic rollbacks and promotions
+    (docs/graphs.md#rolling-back-or-promoting-a-canary)."""
+
+    def describe(self) -> list[Metric]:
+        return [self._family({})]
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._family(decision_counts())
+
+    @staticmethod
+    def _family(counts: dict[tuple[str, str, str], int]) -> Metric:
+        family = CounterMetricFamily(
+            "mlserve_rollout_decisions",
+            "A canary's rollout decisions, by model, variant and decision.",
+            labels=("model", "variant", "decision"),
+        )
+        for labels, count in sorted(counts.items()):
+            family.add_metric(labels, count)
+        return family
+
+
+REGISTRY.register(RolloutDecisions())
 # The standard families prometheus_client's default registry has: process_* (this
 # process's CPU, memory, descriptors, start time; Linux), python_info, python_gc_*.
 ProcessCollector(registry=REGISTRY)

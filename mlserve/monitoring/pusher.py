@@ -72,6 +72,7 @@ from itertools import repeat, starmap
 from operator import itemgetter
 from typing import Any, cast
 
+from mlserve.core import tracing
 from mlserve.monitoring import records as rec
 from mlserve.monitoring.streams import JsonStreamTarget, StreamTarget
 from mlserve.protocol.tensors import dumps_strict
@@ -206,7 +207,10 @@ class StreamPusher:
         if self._lines:
             self._push_line(model, start, request, response, op, microsec, metrics)
             return
-        self._enqueue(rec.Call(model, start, request, response, op, microsec, metrics))
+        trace_id = tracing.trace_id() if tracing.on else None
+        self._enqueue(
+            rec.Call(model, start, request, response, op, microsec, metrics, None, None, trace_id)
+        )
 
     def _push_line(
         self,
@@ -248,11 +252,34 @@ class StreamPusher:
         error = str(exc)
         if self.verbose:
             error += "\n" + "".join(traceback.format_exception(exc))
-        call = rec.Call(model, start, request, None, op, None, None, error)
+        trace_id = tracing.trace_id() if tracing.on else None
+        self._push_alone(
+            rec.Call(model, start, request, None, op, None, None, error, None, trace_id)
+        )
+
+    def push_stream(
+        self,
+        model: object,
+        start: datetime | int,
+        request: object,
+        response: object,
+        op: str,
+        microsec: int,
+        stream: dict[str, Any],
+    ) -> None:
+        """Log one streamed call as it ends (ok, failed or cancelled), at once: not sampled,
+        not batched. ``response``: the chunks gathered; ``stream``: its ``chunks`` and
+        ``first_chunk_microsec`` (and ``error`` or ``cancelled``)."""
+        trace_id = tracing.trace_id() if tracing.on else None
+        call = rec.Call(model, start, request, response, op, microsec, None, None, stream, trace_id)
+        self._push_alone(call)
+
+    def _push_alone(self, call: rec.Call) -> None:
+        """A record pushed on its own (an error's, a stream's) and the sender woken."""
         if self._lines:  # the inbox holds lines only (see _push_line)
             try:
-                fields = self._fields.get(id(model)) or self._new_fields(model)
-                line = dumps_strict(rec.error_record(fields, call))
+                fields = self._fields.get(id(call.model)) or self._new_fields(call.model)
+                line = dumps_strict(rec.one_record(fields, call))
                 fields.recent.append(line)
                 self._enqueue((line, fields.key) if self._keyed else line)
             except Exception:  # never fails a request
@@ -409,8 +436,8 @@ class StreamPusher:
         """Turn a call into a record."""
         model = call.model
         fields = self._fields.get(id(model)) or self._new_fields(model)
-        if call.error is not None:
-            self._add_pending(rec.error_record(fields, call), fields, 1)
+        if call.error is not None or call.stream is not None:
+            self._add_pending(rec.one_record(fields, call), fields, 1)
         elif self.batch == 1 and self._encoded:
             microsec = call.microsec
             assert microsec is not None  # a successful call's

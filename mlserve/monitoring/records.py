@@ -27,7 +27,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from mlserve.core import tracing
 from mlserve.core.clock import when, when_ns
+from mlserve.core.shadow_call import primary_of
 from mlserve.protocol.forms import is_tensor_inputs
 from mlserve.protocol.tensors import decode_tensor, dumps_strict
 
@@ -37,7 +39,9 @@ __all__ = [
     "ModelFields",
     "at_ns",
     "batch_row",
+    "beside_primary",
     "error_record",
+    "one_record",
     "ns_of",
     "plain_tensors",
     "success_line",
@@ -61,6 +65,8 @@ class Call(NamedTuple):
     microsec: int | None
     metrics: dict[str, Any] | None = None
     error: str | None = None
+    stream: dict[str, Any] | None = None  # a streamed call's chunks, first chunk (and end)
+    trace_id: str | None = None  # the call's trace, when tracing is on
 
 
 def plain_tensors(value: object) -> Any:
@@ -143,6 +149,7 @@ class ModelFields:
         self.worker = worker
         self.function_uri = function_uri
         self.fields = self._fields()  # computed once per model; never changed
+        self.shadow = "shadow" in self.fields  # its answers go beside the primary's
         self.key = str(self.fields["model"]).encode()  # the Kafka key
         # The fields' JSON without its closing brace: the head of every encoded record.
         self.head = dumps_strict(self.fields)[:-1] + b","
@@ -167,12 +174,27 @@ class ModelFields:
         labels = getattr(model, "labels", None)
         if labels:
             record["labels"] = labels
+        shadow_of = getattr(model, "shadow_of", None)
+        if shadow_of:  # a shadow route's model (docs/graphs.md#shadow-routes)
+            record["shadow"] = True
+            record["shadow_of"] = shadow_of
         return record
+
+
+def beside_primary(model: object, response: Any) -> Any:
+    """A shadow's answer with the primary's outputs beside its own, as ``primary_outputs``
+    (docs/graphs.md#shadow-routes); a call of the shadow by its own name has none."""
+    primary = primary_of(model, response)
+    if primary is None:
+        return response
+    return {**response, "primary_outputs": plain_tensors(primary)}
 
 
 def success_record(fields: ModelFields, call: Call) -> dict[str, Any]:
     """One record of one successful call."""
-    _, start, request, response, op, microsec, metrics, _ = call
+    _, start, request, response, op, microsec, metrics, *_ = call
+    if fields.shadow:
+        response = beside_primary(fields.model, response)
     record = {
         **fields.fields,
         "request": _plain(request, "inputs"),
@@ -183,6 +205,8 @@ def success_record(fields: ModelFields, call: Call) -> dict[str, Any]:
     }
     if metrics:
         record["metrics"] = metrics
+    if call.trace_id:
+        record["trace_id"] = call.trace_id
     return record
 
 
@@ -199,6 +223,8 @@ def success_line(
     the fields come first in a record, so their JSON (encoded once) heads the JSON of the
     rest. The request thread pays for this line: the call's parts come as arguments (no
     ``Call``), and rows in and out (the common case) are recognised inline, in few steps."""
+    if fields.shadow:
+        response = beside_primary(fields.model, response)
     try:  # rows in and out (the common case) are plain already: recognised inline
         rows_in, rows_out = request.get("inputs"), response.get("outputs")
     except Exception:  # not dicts: the general code below decides
@@ -217,12 +243,16 @@ def success_line(
     }
     if metrics:
         rest["metrics"] = metrics
+    if tracing.on:  # the call's trace (docs/observability.md#tracing)
+        trace_id = tracing.trace_id()
+        if trace_id:
+            rest["trace_id"] = trace_id
     return fields.head + dumps_strict(rest)[1:]
 
 
 def batch_row(call: Call) -> list[Any]:
     """One row of a batched record, in the order of ``BATCH_HEADERS``."""
-    _, start, request, response, op, microsec, metrics, _ = call
+    _, start, request, response, op, microsec, metrics, *_ = call
     return [
         _plain(request, "inputs"),
         op,
@@ -235,10 +265,22 @@ def batch_row(call: Call) -> list[Any]:
 
 def error_record(fields: ModelFields, call: Call) -> dict[str, Any]:
     """The record of a failed call."""
-    return {
+    record = {
         **fields.fields,
         "request": _plain(call.request, "inputs"),
         "op": call.op,
         "when": when(call.start),
         "error": call.error,
     }
+    if call.trace_id:
+        record["trace_id"] = call.trace_id
+    return record
+
+
+def one_record(fields: ModelFields, call: Call) -> dict[str, Any]:
+    """The record of a call pushed on its own: a failed call's, or a streamed call's
+    (its chunks gathered as the response, with ``chunks`` and ``first_chunk_microsec``;
+    docs/monitoring.md#streamed-calls)."""
+    if call.stream is None:
+        return error_record(fields, call)
+    return {**success_record(fields, call), **call.stream}

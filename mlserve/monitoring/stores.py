@@ -8,7 +8,8 @@ counters are updated in place by one UPDATE, never read-modify-written.
 
 Three writers share a record without overwriting each other: the server
 registers the record (``upsert``: spec and shape), its request counters
-(``add_counts``), and the monitor its window's results (``write_windows``: the
+(``add_counts``) and a shadow's agreement counters (``add_shadow_counts``, added in
+place as the request counters are), and the monitor its window's results (``write_windows``: the
 ``monitoring`` column, merged into ``status`` on read). The monitor's partition
 state (docs/monitoring.md#nothing-lost-nothing-counted-twice) is written in the
 same transaction as the results it accounts for.
@@ -22,7 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mlserve.monitoring.endpoints import ModelEndpoint, RequestCounts
+from mlserve.monitoring.endpoints import (
+    SHADOW_RESULTS,
+    ModelEndpoint,
+    RequestCounts,
+    shadow_metrics,
+)
 from mlserve.protocol.tensors import dumps_strict
 
 __all__ = [
@@ -38,6 +44,7 @@ MONITOR_FIELDS = ("current_stats", "drift_measures", "drift_status", "window", "
 """The status fields the monitor owns (``write_windows``); the server never writes them."""
 
 MEMORY_URL = "memory://"
+SHADOW_COLUMNS = tuple(f"shadow_{name}" for name in SHADOW_RESULTS)
 
 
 def data_dir(parameters: dict[str, Any] | None = None) -> Path:
@@ -68,13 +75,17 @@ def _with_monitoring(endpoint: ModelEndpoint, monitoring: dict[str, Any] | None)
     return endpoint
 
 
-def _with_counts(endpoint: ModelEndpoint, counts: RequestCounts | None) -> ModelEndpoint:
+def _with_counts(
+    endpoint: ModelEndpoint, counts: RequestCounts | None, shadow: dict[str, int] | None = None
+) -> ModelEndpoint:
     endpoint = endpoint.model_copy(deep=True)
     if counts is not None:
         endpoint.status.first_request = counts.first
         endpoint.status.last_request = counts.last
         endpoint.status.error_count = counts.errors
         endpoint.status.metrics["requests"] = counts.requests
+    if shadow is not None and any(shadow.values()):
+        endpoint.status.metrics["shadow"] = shadow_metrics(shadow)
     return endpoint
 
 
@@ -84,6 +95,7 @@ class MemoryEndpointStore:
     def __init__(self) -> None:
         self._records: dict[str, ModelEndpoint] = {}
         self._counts: dict[str, RequestCounts] = {}
+        self._shadows: dict[str, dict[str, int]] = {}
         self._monitoring: dict[str, dict[str, Any]] = {}
         self._partitions: dict[tuple[str, int], dict[str, Any]] = {}
 
@@ -98,6 +110,12 @@ class MemoryEndpointStore:
             )
         else:
             current.merge(counts)
+
+    def add_shadow_counts(self, uid: str, counts: dict[str, int]) -> None:
+        """Add to a shadow's agreement counters (``SHADOW_RESULTS``)."""
+        current = self._shadows.setdefault(uid, dict.fromkeys(SHADOW_RESULTS, 0))
+        for name in SHADOW_RESULTS:
+            current[name] += counts.get(name, 0)
 
     def write_windows(
         self,
@@ -127,9 +145,8 @@ class MemoryEndpointStore:
         ]
 
     def _full(self, uid: str, record: ModelEndpoint) -> ModelEndpoint:
-        return _with_monitoring(
-            _with_counts(record, self._counts.get(uid)), self._monitoring.get(uid)
-        )
+        counts = _with_counts(record, self._counts.get(uid), self._shadows.get(uid))
+        return _with_monitoring(counts, self._monitoring.get(uid))
 
     def close(self) -> None:
         """Nothing to release."""
@@ -158,6 +175,7 @@ class SQLEndpointStore:
             sa.Column("requests", sa.Integer, nullable=False, default=0),
             sa.Column("error_count", sa.Integer, nullable=False, default=0),
             sa.Column("monitoring", sa.Text),
+            *(sa.Column(name, sa.Integer, nullable=False, default=0) for name in SHADOW_COLUMNS),
         )
         self._partitions = sa.Table(
             "monitor_partitions",
@@ -168,9 +186,12 @@ class SQLEndpointStore:
         )
         metadata.create_all(self._engine)
         columns = {c["name"] for c in sa.inspect(self._engine).get_columns("model_endpoints")}
-        if "monitoring" not in columns:  # a store written before the monitor existed
-            with self._engine.begin() as conn:
-                conn.execute(sa.text("ALTER TABLE model_endpoints ADD COLUMN monitoring TEXT"))
+        added = [] if "monitoring" in columns else ["monitoring TEXT"]  # before the monitor
+        added += [f"{name} INTEGER NOT NULL DEFAULT 0" for name in SHADOW_COLUMNS]  # ... shadows
+        for column in added:
+            if column.partition(" ")[0] not in columns:
+                with self._engine.begin() as conn:
+                    conn.execute(sa.text(f"ALTER TABLE model_endpoints ADD COLUMN {column}"))
 
     def upsert(self, endpoint: ModelEndpoint) -> None:
         sa, table = self._sa, self._table
@@ -196,6 +217,7 @@ class SQLEndpointStore:
                         record=record,
                         requests=0,
                         error_count=0,
+                        **dict.fromkeys(SHADOW_COLUMNS, 0),
                     )
                 )
         except sa.exc.IntegrityError:  # another replica registered it first
@@ -218,6 +240,15 @@ class SQLEndpointStore:
                     last_request=sa.case((later, last), else_=c.last_request),
                 )
             )
+
+    def add_shadow_counts(self, uid: str, counts: dict[str, int]) -> None:
+        """Add to a shadow's agreement counters in one UPDATE (workers' counts add up)."""
+        c = self._table.c
+        values = {
+            f"shadow_{name}": c[f"shadow_{name}"] + counts.get(name, 0) for name in SHADOW_RESULTS
+        }
+        with self._engine.begin() as conn:
+            conn.execute(self._table.update().where(c.uid == uid).values(**values))
 
     def write_windows(
         self,
@@ -286,6 +317,7 @@ def _from_row(row: Any) -> ModelEndpoint:
     import orjson
 
     endpoint = ModelEndpoint.model_validate_json(row.record)
+    counts = None
     if row.first_request:
         counts = RequestCounts(
             datetime.fromisoformat(row.first_request),
@@ -293,5 +325,6 @@ def _from_row(row: Any) -> ModelEndpoint:
             row.requests,
             row.error_count,
         )
-        endpoint = _with_counts(endpoint, counts)
+    shadow = {name: getattr(row, f"shadow_{name}") or 0 for name in SHADOW_RESULTS}
+    endpoint = _with_counts(endpoint, counts, shadow)
     return _with_monitoring(endpoint, orjson.loads(row.monitoring) if row.monitoring else None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,6 +72,21 @@ class ModelTracker:
         self._count(model, start, True)
         if self.pusher is not None:
             self.pusher.push_error(model, start, request, op, exc)
+
+    def push_stream(
+        self,
+        model: object,
+        start: datetime | int,
+        request: object,
+        response: object,
+        op: str,
+        microsec: int,
+        stream: dict[str, Any],
+    ) -> None:
+        """Count and log one streamed call as it ends (``StreamPusher.push_stream``)."""
+        self._count(model, start, "error" in stream)
+        if self.pusher is not None:
+            self.pusher.push_stream(model, start, request, response, op, microsec, stream)
 
     def _tally(self, model: object, ns: int) -> Tally | None:
         uid = getattr(model, "model_endpoint_uid", None)
@@ -151,6 +167,7 @@ def _registry(server: Any, url: str) -> EndpointRegistry:
         _register_all(server, registry, url)
     except Exception:  # a store that is down must not stop the models from serving
         logger.exception("endpoint records: registering the models failed")
+    registry.watch_shadows(partial(_shadow_totals, server))
     server.add_handler(endpoints_handler(registry))
     return registry
 
@@ -176,6 +193,22 @@ def _register_all(server: Any, registry: EndpointRegistry, url: str) -> None:
     for model in server.iter_models():
         if id(model) not in leaves:
             _register(server, registry, model, url, EndpointType.NODE)
+
+
+def _shadow_totals(server: Any) -> dict[str, dict[str, int]]:
+    """Each shadow's agreement counts in this process, by its model's uid."""
+    totals: dict[str, dict[str, int]] = {}
+    for step in _steps(server.graph):
+        runners = getattr(getattr(step, "object", None), "shadow_runners", None)
+        for key, runner in (runners() if callable(runners) else {}).items():
+            route = step.object.route_of(key)
+            for model in route.iter_models() if route is not None else ():
+                uid = getattr(model, "model_endpoint_uid", None)
+                if uid:
+                    total = totals.setdefault(uid, {})
+                    for name, count in runner.counts.to_dict().items():
+                        total[name] = total.get(name, 0) + count
+    return totals
 
 
 def _register(
@@ -254,17 +287,23 @@ def _names(tensors: Any) -> list[str]:
 
 def _ensembles(step: object) -> Iterator[Any]:
     """Router steps whose object is an ensemble, anywhere in the graph."""
+    for found in _steps(step):
+        if getattr(found, "routes", None) and _is_ensemble(getattr(found, "object", None)):
+            yield found
+
+
+def _steps(step: object) -> Iterator[Any]:
+    """Every step of the graph, and the routes of its routers."""
     if step is None:
         return
+    yield step
     routes = getattr(step, "routes", None)
     children = list(routes.values()) if isinstance(routes, dict) else []
-    if children and _is_ensemble(getattr(step, "object", None)):
-        yield step
     steps = getattr(step, "steps", None)
     if isinstance(steps, dict):
         children += list(steps.values())
     for child in children:
-        yield from _ensembles(child)
+        yield from _steps(child)
 
 
 def _is_ensemble(obj: object) -> bool:

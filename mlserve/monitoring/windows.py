@@ -45,6 +45,7 @@ __all__ = [
 logger = logging.getLogger("mlserve.monitoring")
 
 MAX_CLOSES = 64
+MAX_TRACE_IDS = 20  # the traces a window keeps (its first ones): an alert links to them
 """Closes kept in a partition's state, for a restarted monitor to tell counted records."""
 
 _SECONDS: dict[str, float] = {}  # "YYYY-MM-DDTHH:MM:SS" -> epoch seconds (a per-second cache)
@@ -53,14 +54,13 @@ _SECONDS: dict[str, float] = {}  # "YYYY-MM-DDTHH:MM:SS" -> epoch seconds (a per
 def epoch_of(when: str) -> float:
     """A record's ISO ``when`` as epoch seconds; the whole seconds of a stamp are parsed
     once (records of one second share them), the fraction by slicing."""
+    if len(when) != 32 or not when.endswith("+00:00") or when[19] != ".":
+        stamp = datetime.fromisoformat(when)  # not the pusher's form: parsed in full each time
+        return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
     head = when[:19]
     base = _SECONDS.get(head)
     if base is None:
         stamp = datetime.fromisoformat(when)
-        if stamp.tzinfo is None:
-            stamp = stamp.replace(tzinfo=UTC)
-        if len(when) != 32 or not when.endswith("+00:00") or when[19] != ".":
-            return stamp.timestamp()  # not the pusher's form: parsed in full each time
         if len(_SECONDS) > 4096:
             _SECONDS.clear()
         base = _SECONDS[head] = float(math.floor(stamp.timestamp()))
@@ -106,6 +106,8 @@ class Window:
     latencies: list[int] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
     last_when: str = ""
+    trace_ids: list[str] = field(default_factory=list)
+    """The first ``MAX_TRACE_IDS`` traces of the window's calls (docs/observability.md#tracing)."""
 
 
 @dataclass(slots=True)
@@ -130,6 +132,7 @@ class ClosedWindow:
             "latency_p50_us": _quantile(latencies, 0.5),
             "latency_p99_us": _quantile(latencies, 0.99),
             "predictions_per_second": (window.requests - window.errors) / seconds,
+            "trace_ids": list(window.trace_ids),
         }
 
 
@@ -238,8 +241,13 @@ class PartitionWindows:
                 window.latencies.append(microsec)
             request = call.get("request")
             rows = input_rows(request.get("inputs") if type(request) is dict else None)
-            if rows is not None:  # not tabular: in the metrics, not in the drift
+            # not tabular, or an explanation's rows (asked about again, docs/explain.md#
+            # monitoring): in the metrics, not in the drift
+            if rows is not None and call.get("op") != "explain":
                 window.rows.extend(rows)
+        trace_id = call.get("trace_id")
+        if trace_id and len(window.trace_ids) < MAX_TRACE_IDS:
+            window.trace_ids.append(trace_id)
         if when > window.last_when:
             window.last_when = when
         if at > self.newest:

@@ -10,6 +10,8 @@ YAML (``models:`` list)::
         class_name: mypkg.FraudModel  # or platform: sklearn (PLATFORMS); default: detected
         version_policy: {latest: {num_versions: 2}}
         labels: {stable: 1, canary: 2}
+        weights: {1: 90, 2: 10}     # how calls to 'fraud' are shared among versions
+        rollout: {2: {min_requests: 200, promote_step: 10}}  # a version's rollout policy
         class_args: {threshold: 0.5}
         max_batch_size: 32          # passed to the model class as a parameter
         done_file: DONE             # a version loads only once it holds this file
@@ -37,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from mlserve.graph.rollout import RolloutPolicy
 from mlserve.repository.layout import check_done_file, detect_class, scan_models
 from mlserve.repository.policy import VersionPolicy, parse_labels
 
@@ -76,6 +79,10 @@ class ModelConfig:
     labels: dict[str, int] = field(default_factory=dict)
     class_args: dict[str, Any] = field(default_factory=dict)
     done_file: str | None = None  # docs/repository.md#a-version-loads-when-complete
+    # version -> its share of the calls to the name (docs/graphs.md#rolling-out-a-new-model)
+    weights: dict[str, float] = field(default_factory=dict)
+    # version -> its rollout policy (docs/graphs.md#rolling-back-or-promoting-a-canary)
+    rollout: dict[str, RolloutPolicy] = field(default_factory=dict)
 
     def class_for(self, version_dir: Path) -> str:
         """The class serving ``version_dir``: configured, by platform, or detected."""
@@ -174,7 +181,39 @@ def _model_config(entry: dict[str, Any], root: Path) -> ModelConfig:
         labels=parse_labels(entry.get("labels")),
         class_args=class_args,
         done_file=_done_file(entry),
+        weights=_weights(entry),
+        rollout=_rollout(entry),
     )
+
+
+def _rollout(entry: dict[str, Any]) -> dict[str, RolloutPolicy]:
+    """``rollout``: ``{version: policy options}``, each checked."""
+    policies = entry.get("rollout") or {}
+    if not isinstance(policies, dict):
+        raise ValueError(f"model '{entry.get('name')}': rollout is a mapping of version to policy")
+    parsed = {}
+    for version, policy in policies.items():
+        try:
+            parsed[str(version)] = RolloutPolicy.of(policy)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"model '{entry.get('name')}', version {version}: {exc}") from None
+    return parsed
+
+
+def _weights(entry: dict[str, Any]) -> dict[str, float]:
+    """``weights``: ``{version: weight}``, each weight a number of 0 or more."""
+    weights = entry.get("weights") or {}
+    if not isinstance(weights, dict):
+        raise ValueError(f"model '{entry.get('name')}': weights are a mapping of version to weight")
+    parsed = {}
+    for version, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+            raise ValueError(
+                f"model '{entry.get('name')}': the weight of version {version} is a number "
+                f"of 0 or more, got {weight!r}"
+            )
+        parsed[str(version)] = float(weight)
+    return parsed
 
 
 def _done_file(entry: dict[str, Any]) -> str | None:

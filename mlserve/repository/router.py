@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from mlserve.graph.rollout import RolloutPolicy
 from mlserve.graph.routers import ModelRouter
 from mlserve.protocol.errors import ModelNotFound, ModelNotReady
 from mlserve.repository.layout import check_done_file
@@ -73,6 +74,32 @@ class RepositoryRouter(ModelRouter):
     def _set_table(self, table: dict[str, Any]) -> None:
         # One assignment: a request holds either the old table or the new one.
         self.routes = {**table, **self.static_routes}
+        self.refresh_traffic()
+
+    def declared_weights(self) -> dict[str, dict[str, float]]:
+        """The weights of the configs' versions that are served
+        (docs/graphs.md#rolling-out-a-new-model)."""
+        routes, repository = self.routes, getattr(self, "repository", None)
+        declared: dict[str, dict[str, float]] = {}
+        configs = dict(repository.configs) if repository is not None else {}
+        for name, config in configs.items():
+            served = {f"{name}:{v}": w for v, w in config.weights.items()}
+            served = {key: weight for key, weight in served.items() if key in routes}
+            if served:
+                declared[name] = served
+        return declared
+
+    def declared_policies(self) -> dict[str, RolloutPolicy]:
+        """The rollout policies of the configs' versions that are served
+        (docs/graphs.md#rolling-back-or-promoting-a-canary)."""
+        routes, repository = self.routes, getattr(self, "repository", None)
+        configs = dict(repository.configs) if repository is not None else {}
+        return {
+            f"{name}:{version}": policy
+            for name, config in configs.items()
+            for version, policy in config.rollout.items()
+            if f"{name}:{version}" in routes
+        }
 
     def post_init(self, mode: str = "sync") -> None:
         super().post_init(mode)

@@ -15,13 +15,20 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 from mlserve.core.events import Event, Response
-from mlserve.function.nuclio import SPEC_ENV, to_event
+from mlserve.function.nuclio import SPEC_ENV, answer_pieces, to_event
 from mlserve.server.graph_server import GraphServer
 
-__all__ = ["mlrun_handler", "nuclio_init_hook", "serving_subkind"]
+__all__ = [
+    "mlrun_handler",
+    "nuclio_init_hook",
+    "serving_subkind",
+    "v2_serving_handler",
+    "v2_serving_streaming_handler",
+]
 
 # mlrun.runtimes.nuclio.serving.serving_subkind: the kind of a v2 serving function.
 serving_subkind = "serving_v2"
@@ -38,7 +45,7 @@ def nuclio_init_hook(context: Any, data: dict[str, Any], kind: str) -> None:
             f"unsupported nuclio kind '{kind}': mlserve runs serving functions "
             f"(kind '{serving_subkind}'), not mlrun's v1 serving or jobs"
         )
-    server, code = _server_from_env()
+    server, code, streaming = _server_from_env()
     namespace = {**code, **(data or {})}
     logger = getattr(context, "logger", None)
     server.init_states(
@@ -48,14 +55,15 @@ def nuclio_init_hook(context: Any, data: dict[str, Any], kind: str) -> None:
         is_mock=bool(getattr(context, "is_mock", False)),
     )
     server.init_object(namespace)
-    context.mlrun_handler = mlrun_handler
+    context.mlrun_handler = v2_serving_streaming_handler if streaming else v2_serving_handler
     context._server = server
     if hasattr(context, "server"):
         context.server = server
 
 
-def _server_from_env() -> tuple[GraphServer, dict[str, Any]]:
-    """The server of the spec, and the names of the function's own code (if it has any)."""
+def _server_from_env() -> tuple[GraphServer, dict[str, Any], bool]:
+    """The server of the spec, the names of the function's own code (if it has any),
+    and whether it streams (``fn.set_streaming()``, or mlrun's spec ``streaming``)."""
     text = os.environ.get(SPEC_ENV)
     if not text:
         raise RuntimeError(f"no function to serve: set {SPEC_ENV} to the serving spec (JSON)")
@@ -67,19 +75,42 @@ def _server_from_env() -> tuple[GraphServer, dict[str, Any]]:
         from mlserve.function import ServingFunction
 
         fn = ServingFunction.from_dict(spec)
-        return fn.to_graph_server(), fn.namespace
-    return GraphServer.from_dict(spec), {}
+        return fn.to_graph_server(), fn.namespace, bool(fn.spec.streaming)
+    return GraphServer.from_dict(spec), {}, bool(spec.get("streaming"))
 
 
 def mlrun_handler(context: Any, event: Any) -> Any:
     """Answer one event (a nuclio event or an mlserve ``MockEvent``) as mlrun would."""
     server: GraphServer = context._server
+    event = _event_of(event)
+    asked = (event.method, event.path, event.id)  # the router rewrites event.path
+    return _reply(context, asked, server.run(event))
+
+
+# mlrun's name of the handler ``nuclio_init_hook`` sets.
+v2_serving_handler = mlrun_handler
+
+
+async def v2_serving_streaming_handler(context: Any, event: Any) -> AsyncIterator[Any]:
+    """The handler of a function with streaming on: each chunk of a streamed answer
+    as it comes (a server-sent event), any other answer as ``mlrun_handler`` gives it."""
+    server: GraphServer = context._server
+    event = _event_of(event)
+    asked = (event.method, event.path, event.id)
+    response = await server.run_async(event)
+    async for piece in answer_pieces(server, response):
+        yield piece if isinstance(piece, bytes) else _reply(context, asked, response)
+
+
+def _event_of(event: Any) -> Event:
     if not isinstance(event, Event):
         event = to_event(event)
     if event.body == b"":  # nuclio hands an empty HTTP body over as b""
         event.body = None
-    asked = (event.method, event.path, event.id)  # the router rewrites event.path
-    response = server.run(event)
+    return event
+
+
+def _reply(context: Any, asked: tuple[str, str, str], response: Response) -> Any:
     status, body, content_type = _mlrun_answer(asked, response)
     make = getattr(context, "Response", Response)
     return make(

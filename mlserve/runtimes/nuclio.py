@@ -6,4 +6,10 @@ from mlserve.function.nuclio import *  # noqa: F403
 from mlserve.function.nuclio import __all__  # noqa: F401
 
 # mlrun's entry point (nuclio_init_hook / context.mlrun_handler), for code written for mlrun.
-from mlserve.runtimes.mlrun_hook import mlrun_handler, nuclio_init_hook, serving_subkind  # noqa: E402,F401
+from mlserve.runtimes.mlrun_hook import (  # noqa: E402,F401
+    mlrun_handler,
+    nuclio_init_hook,
+    serving_subkind,
+    v2_serving_handler,
+    v2_serving_streaming_handler,
+)

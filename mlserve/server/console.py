@@ -31,6 +31,7 @@ from mlserve.core.events import Event, Response
 from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.core.version import __version__
 from mlserve.graph.routers import BaseModelRouter, ModelRouter
+from mlserve.model import V2ModelServer
 from mlserve.protocol.errors import InvalidInput, ModelNotFound
 from mlserve.protocol.tensors import loads
 from mlserve.server.console_history import EVERY, POINTS, History, run_history
@@ -286,7 +287,16 @@ def _model_entry(
         "tfserving": root,
         "image": root and _is_image(inputs),
         "kind": kind,
+        "explains": is_model and _explains(model),
     }
+
+
+def _explains(model: Any) -> bool:
+    """Whether a model answers explain: it has an explainer (the framework servers, a
+    user model's ``shap_explainer``) or its own ``explain`` (docs/explain.md)."""
+    if getattr(model, "explainer", None) is not None:
+        return True
+    return getattr(type(model), "explain", None) is not V2ModelServer.explain
 
 
 def _names(router: BaseModelRouter) -> set[str]:

@@ -9,6 +9,9 @@ server and every face agree (docs/serving.md#the-url-surface):
     POST /v2/repository/index                       repository index
     POST /v2/repository/models/<m>/load|unload      repository load / unload (a load may
                                                     carry Triton's {"parameters": {"config"}})
+    POST /v2/repository/models/<m>/weights          the weights of <m>'s versions (or a
+                                                    load's {"parameters": {"weights"}})
+    GET  /v2/models/<m>/traffic                     <m>'s weights, shadows and counts
 
 Any other request costs one method check and one prefix check.
 """
@@ -28,13 +31,16 @@ from mlserve.protocol.tensors import loads
 from mlserve.server.repository import GraphRepository
 from mlserve.server.serving import Serving
 from mlserve.server.stats import find_models, model_stats
+from mlserve.server.traffic import change_weights, traffic_of, weights_of_body
 
 __all__ = ["check_model_name", "handle", "install", "load_overrides", "model_config", "one_model"]
 
 _MODEL_GET = re.compile(
-    r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/(?P<what>stats|config)$"
+    r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/(?P<what>stats|config|traffic)$"
 )
-_REPOSITORY = re.compile(r"^/v2/repository/models/(?P<model>[^/]+)/(?P<action>load|unload)$")
+_REPOSITORY = re.compile(
+    r"^/v2/repository/models/(?P<model>[^/]+)/(?P<action>load|unload|weights)$"
+)
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -75,6 +81,8 @@ def _get(server: Serving, path: str) -> Response | None:
         return None
     if match["what"] == "stats":
         return Response(model_stats(server, match["model"], match["version"]))
+    if match["what"] == "traffic":
+        return Response(traffic_of(server, match["model"]))
     return Response(model_config(one_model(server, match["model"], match["version"])))
 
 
@@ -171,8 +179,12 @@ async def _repository(server: Serving, event: Event, path: str) -> Response:
     if not server.model_control:
         raise Forbidden(f"model {action} is off: serve with --model-control-mode explicit")
     check_model_name(name)
+    body = _json_body(event)
+    carried = body if action == "weights" else _carried_weights(body)
+    if carried is not None:
+        return Response(await change_weights(server, name, weights_of_body(name, carried)))
     if action == "load":
-        await repository.load(name, load_overrides(name, _json_body(event)))
+        await repository.load(name, load_overrides(name, body))
     else:
         await repository.unload(name)
     return Response({"name": name, action: True})
@@ -205,6 +217,26 @@ def load_overrides(name: str, body: object) -> dict[str, Any] | None:
     from mlserve.repository.overrides import parse_overrides  # the repository's, on a load only
 
     return parse_overrides(name, parameters["config"])
+
+
+def _carried_weights(body: object) -> dict[str, Any] | None:
+    """What holds the weights of a load that sets them: a ``weights`` parameter, or a
+    ``config`` whose JSON has ``weights`` (so tritonclient's ``load_model`` changes
+    them: docs/graphs.md#changing-weights-while-serving); None for a plain load."""
+    parameters = body.get("parameters") if isinstance(body, dict) else None
+    if not isinstance(parameters, dict):
+        return None
+    if "weights" in parameters:
+        return parameters
+    config = parameters.get("config")
+    if isinstance(config, str) and '"weights"' in config:
+        try:
+            parsed = loads(config)
+        except InvalidInput:
+            return None
+        if isinstance(parsed, dict) and "weights" in parsed:
+            return parsed
+    return None
 
 
 def check_model_name(name: str) -> None:

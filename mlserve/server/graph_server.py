@@ -14,13 +14,14 @@ import json
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
 
+from mlserve.core import tracing
 from mlserve.core.aio import BackgroundLoop, drive, run_in_threadpool
 from mlserve.core.context import GraphContext
 from mlserve.core.deadlines import with_timeout
@@ -29,7 +30,9 @@ from mlserve.core.handlers import handlers_met, handlers_run_inline
 from mlserve.core.hidden import first_shown, generic_text, random_error_id, text_error_id
 from mlserve.core.limits import RequestTimeout, ServerLimits, request_timeout
 from mlserve.core.loads import loads_in_parallel
+from mlserve.core.streams import ChunkStream
 from mlserve.graph.steps import BaseStep, step_from_dict
+from mlserve.graph.traffic import FORCE_HEADER
 from mlserve.protocol.errors import InvalidInput, ModelNotFound, error_body, status_of
 from mlserve.protocol.forms import parse_json_body
 from mlserve.protocol.names import target_error
@@ -44,6 +47,7 @@ from mlserve.protocol.tensors import (
 )
 from mlserve.server.console import install as install_console
 from mlserve.server.extensions import install as install_extensions
+from mlserve.server.generate import generate_handler
 from mlserve.server.inline import graph_runs_inline
 from mlserve.server.methods import method_refusal
 from mlserve.server.quiet import LineBudget, model_in
@@ -284,6 +288,9 @@ class GraphServer:
             )
         install_extensions(self)
         install_console(self)  # the web console (docs/console.md)
+        from mlserve.server.rollout import watch_rollouts  # loaded with a server, not an import
+
+        watch_rollouts(self)  # docs/graphs.md#rolling-back-or-promoting-a-canary
         if self.track_models or self.tracking.get("enable_tracking"):
             from mlserve.monitoring import setup
 
@@ -291,6 +298,8 @@ class GraphServer:
         from mlserve.server.tfserving import tfserving_handler  # TF Serving's /v1 REST API
 
         self.add_handler(tfserving_handler)
+        if generate_handler not in self.handlers:  # Triton's generate extension
+            self.add_handler(generate_handler)
         if shared_memory_handler not in self.handlers:
             self.add_handler(shared_memory_handler)
             self.on_shutdown(self.shared_memory.close)
@@ -354,11 +363,13 @@ class GraphServer:
         body = event.body
         if isinstance(body, Response):
             return body, True
-        if in_regions:
+        if in_regions and not isinstance(body, ChunkStream):  # a stream's chunks go as sent
             try:
                 body = place_outputs(self.shared_memory, body, in_regions)
             except Exception as exc:
                 return self.error_response(exc, path), False
+        if type(body) is dict and "parameters" in body:  # the variant that answered, named
+            return Response(body, 200, "application/json", _route_header(body)), False
         return Response(body, 200, _content_type_of(body)), False
 
     def graph_changed(self) -> None:
@@ -390,13 +401,27 @@ class GraphServer:
         return self._loop.run(self._answer(event))
 
     def run(self, event: Event, context: object = None, get_body: bool = False) -> Any:
-        """Answer one event synchronously: the body (``get_body``) or an encoded Response."""
+        """Answer one event synchronously: the body (``get_body``) or an encoded Response.
+        A streamed answer comes gathered: its body is the list of its chunks (an error
+        mid-stream answers as an error before it)."""
         response = self._answer_sync(event)[0]
+        if isinstance(response.body, ChunkStream):
+            response = self._gathered(response)
         if get_body and response.status_code < 300:
             return response.body
         if get_body:
             return response
         return encode_response(response)
+
+    def answer(self, event: Event) -> Response:
+        """Answer one event synchronously, as ``run`` does, but not encoded and a streamed
+        answer not gathered: its body is the ChunkStream (read it with ``read_stream``)."""
+        return self._answer_sync(event)[0]
+
+    def read_stream(self, stream: ChunkStream) -> Iterator[Any]:
+        """A streamed answer's chunks for a sync caller, pulled on the loop the server's
+        sync calls use; leaving early closes the stream."""
+        return stream.iterate(self._loop.run)
 
     def test(
         self,
@@ -409,17 +434,22 @@ class GraphServer:
         get_body: bool = True,
         event_id: str | None = None,
         trigger: Trigger | str | None = None,
+        trace: bool = False,
         **kwargs: object,
     ) -> Any:
         """Send a request through the graph, as the HTTP face would: a target or a
-        method the faces refuse is refused alike (400, 405 with ``Allow``).
+        method the faces refuse is refused alike (400, 405 with ``Allow``). With
+        ``trace`` (and tracing on) the call is a ``test {path}`` server span, continuing
+        a ``traceparent`` in ``headers`` (docs/observability.md#tracing).
 
         Returns the body (as the HTTP face would send it) when ``get_body``;
         when a step answered with a Response object (a model's ``/ready``), its
         status travels with it (``StepResponse``), as mlrun's mock server
         returns that Response. A status of 300 or more raises
         ``ServingRequestError`` (a RuntimeError) unless ``silent``, which
-        returns the Response.
+        returns the Response. A streamed answer is a generator of its chunks, as
+        mlrun's mock server returns it (``get_body=False``: the encoded Response of
+        the chunks gathered in a list).
         """
         if self.graph is None:
             raise ValueError("no models or steps were set, use fn.set_topology() or fn.add_model()")
@@ -437,10 +467,17 @@ class GraphServer:
         else:
             if event.method == "HEAD":  # answered as GET, as the faces answer it
                 event.method = "GET"
-            response, from_step = self._answer_sync(event)
+            if trace and tracing.on:
+                response, from_step = self._traced_test(event)
+            else:
+                response, from_step = self._answer_sync(event)
         sent = None
         if from_step and get_body and response.status_code < 300:
             return StepResponse.of(response)
+        if isinstance(response.body, ChunkStream):
+            if get_body:
+                return self._chunks(response.body)
+            response = self._gathered(response)
         if response.status_code < 300:
             try:
                 sent = _as_sent(response)
@@ -453,6 +490,37 @@ class GraphServer:
         if response.status_code >= 300:
             return response
         return sent
+
+    def _traced_test(self, event: Event) -> tuple[Response, bool]:
+        """``_answer_sync`` inside a ``test {path}`` server span."""
+        path = event.path
+        attributes = {"http.request.method": event.method, "url.path": path}
+        with tracing.server_span(f"test {path}", event.headers, attributes) as current:
+            response, from_step = self._answer_sync(event)
+            tracing.set_status(current, response.status_code)
+        return response, from_step
+
+    def _chunks(self, stream: ChunkStream) -> Iterator[Any]:
+        """A streamed answer as mlrun's mock server hands it: a generator of the chunks;
+        an error mid-stream raised after the chunks before it, as storey's StreamingError
+        with the text an error answer has (``"<class>: <message>"``)."""
+        try:
+            yield from stream.iterate(self._loop.run)
+        except Exception as exc:
+            from storey.dtypes import StreamingError  # a dependency; loaded when it is needed
+
+            shown = self.error_response(exc).body  # --hide-errors holds here too
+            raise StreamingError(shown["error"]) from exc
+
+    def _gathered(self, response: Response) -> Response:
+        """A streamed Response with its chunks gathered in a list, or the error that
+        ended the stream, answered as an error."""
+        stream: ChunkStream = response.body
+        try:
+            chunks = list(stream.iterate(self._loop.run))
+        except Exception as exc:
+            return self.error_response(exc)
+        return Response(chunks, response.status_code, "application/json", response.headers)
 
     # ---- helpers -----------------------------------------------------------------
 
@@ -549,7 +617,18 @@ def _content_type_of(body: object) -> str:
         return "text/plain"
     if isinstance(body, (bytes, bytearray, memoryview)):
         return "application/octet-stream"
+    if isinstance(body, ChunkStream):  # each face writes its chunks as they come
+        return ChunkStream.media_type
     return "application/json"
+
+
+def _route_header(body: dict[str, Any]) -> dict[str, str] | None:
+    """The ``x-mlserve-route`` header of an answer a weighted route gave
+    (docs/graphs.md#rolling-out-a-new-model)."""
+    parameters = body["parameters"]
+    if type(parameters) is dict and "route" in parameters:
+        return {FORCE_HEADER: str(parameters["route"])}
+    return None
 
 
 def _header(headers: dict[str, Any], name: str) -> Any:

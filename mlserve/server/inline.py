@@ -93,10 +93,12 @@ def _task_runs_inline(step: Any) -> bool:
 
 def model_runs_inline(model: object) -> bool:
     """A ``V2ModelServer`` whose hooks are plain functions, with mlserve's own
-    async dispatch (not a remote model) and no batching."""
+    async dispatch (not a remote model), no batching and no streaming."""
     if not isinstance(model, V2ModelServer):
         return False
     if type(model).do_event_async is not V2ModelServer.do_event_async:
+        return False
+    if model.is_streaming():  # a stream is read on the loop, never in the caller's thread
         return False
     hooks = [model.predict, model.explain]
     hooks += [getattr(model, name) for name in dir(type(model)) if name.startswith("op_")]

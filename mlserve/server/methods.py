@@ -27,13 +27,13 @@ _ROUTES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"/", "GET, HEAD, POST"),  # metadata; the stream form, routed by the body's model
         (r"/v2(?:/health(?:/live|/ready)?|/models(?:/stats)?)?", _READ),
         (r"/metrics|/openapi\.json|/docs", _READ),
-        (_MODEL + r"/(?:ready|stats|config)", _READ),
-        (_MODEL + r"/(?:infer|predict|explain|generate)", "POST"),
+        (_MODEL + r"/(?:ready|stats|config|traffic)", _READ),
+        (_MODEL + r"/(?:infer|predict|explain|generate)(?:_stream)?", "POST"),
         (_MODEL + r"(?:/[^/]+)?", "GET, HEAD, POST"),  # metadata, inference, the model's ops
         (r"/v2/repository/.*", "POST"),
         (r"/v2/(?:system|cuda)sharedmemory(?:/region/[^/]+)?/status", _READ),
         (r"/v2/(?:system|cuda)sharedmemory(?:/region/[^/]+)?/(?:register|unregister)", "POST"),
-        (_TFS_MODEL + r":[A-Za-z]+", "POST"),  # TF Serving's :predict, :classify, :regress
+        (_TFS_MODEL + r":[A-Za-z]+", "POST"),  # :predict, :classify, :regress; KServe's :explain
         (_TFS_MODEL + r"(?:/metadata|/gen_json|/gen_client)?", _READ),
         (r"/api/v1/projects/[^/]+/model-endpoints(?:/[^/]+)?", _READ),
     )

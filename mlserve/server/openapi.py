@@ -121,6 +121,7 @@ _ERRORS = {
     "400": "invalid request (bad JSON, malformed inputs, shape or datatype mismatch)",
     "404": "unknown model, version or path",
     "500": "the model's own code raised",
+    "429": "the model's calls and queue are all taken (Retry-After)",
     "503": "model not ready",
 }
 
@@ -156,6 +157,17 @@ def _op(
     return operation
 
 
+def _streamed(operation: dict[str, Any], chunk: str) -> dict[str, Any]:
+    """``operation`` answered as server-sent events (docs/streaming.md): one ``data:`` event
+    per chunk, each a ``chunk`` object, and an ``error`` event when the stream fails."""
+    operation["responses"]["200"] = {
+        "description": f"server-sent events: 'data: <{chunk} JSON>' per chunk as the model "
+        "yields it, then the end; a failure after the first chunk is an 'event: error'",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    return operation
+
+
 def _model_paths(prefix: str) -> dict[str, Any]:
     infer = _op("Inference", "InferenceResponse", "InferenceRequest", "400 404 500 503")
     return {
@@ -178,6 +190,32 @@ def _model_paths(prefix: str) -> dict[str, Any]:
                 "InferenceResponse",
                 "InferenceRequest",
                 "400 404 500 503",
+            )
+        },
+        f"{prefix}/infer_stream": {
+            "post": _streamed(
+                _op(
+                    "Streamed inference: each chunk a streaming model yields (one for other "
+                    "models)",
+                    body="InferenceRequest",
+                    errors="400 404 429 500 503",
+                ),
+                "InferenceResponse",
+            )
+        },
+        f"{prefix}/generate": {
+            "post": _op(
+                "Triton's generate extension: inputs by name, one answer in generate form",
+                errors="400 404 429 500 503",
+            )
+        },
+        f"{prefix}/generate_stream": {
+            "post": _streamed(
+                _op(
+                    "Triton's generate extension, streamed: one generate-form answer per chunk",
+                    errors="400 404 429 500 503",
+                ),
+                "generate-form",
             )
         },
         f"{prefix}/explain": {
@@ -246,6 +284,15 @@ def _paths() -> dict[str, Any]:
         },
         "/v2/repository/models/{model}/unload": {
             "post": _op("Unload a model: its requests answer 404", errors="404")
+        },
+        "/v2/repository/models/{model}/weights": {
+            "post": _op(
+                "Set the weights of a model's versions: {'weights': {'v1': 90, 'v2': 10}}",
+                errors="400 404",
+            )
+        },
+        "/v2/models/{model}/traffic": {
+            "get": _op("A model's weights, per-version counts, shadows and rollouts", errors="404")
         },
         "/metrics": {
             "get": {

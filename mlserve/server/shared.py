@@ -10,7 +10,8 @@ socket pair per worker (newline-delimited JSON):
     worker -> supervisor   {"kind": "hello", "pid"}                   (its models built)
     supervisor -> worker   {"kind": "replay", "ops": [[op, name, overrides]...]} (the state)
     worker -> supervisor   {"kind": "serving"}                        (it listens)
-    worker -> supervisor   {"kind": "request", "id", "op": "load"|"unload", "name", "overrides"}
+    worker -> supervisor   {"kind": "request", "id", "op": "load"|"unload"|"weights", "name",
+                            "overrides"}                               (weights: the weights)
     supervisor -> workers  {"kind": "command", "seq", "op", "name", "overrides"} (every worker)
     worker -> supervisor   {"kind": "ack", "seq", "error"}
     supervisor -> worker   {"kind": "reply", "id", "error"}           (once all acked)
@@ -41,6 +42,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from mlserve.core.events import Event, Response
@@ -48,6 +50,7 @@ from mlserve.core.handlers import answers_only, suspends_for
 from mlserve.protocol import errors
 from mlserve.server.auth import READINESS_PATHS
 from mlserve.server.serving import ModelRepository, ServerHandler, Serving
+from mlserve.server.traffic import apply_weights
 
 __all__ = [
     "CONTROL_FD_ENV",
@@ -108,8 +111,9 @@ class StateRelay:
         self._seqs = itertools.count()
         self._queue: deque[tuple[int, dict[str, Any]]] = deque()
         self._current: _Command | None = None
-        # model name -> the last op applied and its overrides, oldest first
-        self._state: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        # model name (or "weights <name>") -> the last op applied, its name and overrides
+        # (a weights op: every weight set so far), oldest first
+        self._state: dict[str, tuple[str, str, dict[str, Any] | None]] = {}
         self._restarts = 0
         self._inbox: deque[tuple[str, Any]] = deque()  # from the supervisor's thread
         self._wake_reader, self._wake_writer = socket.socketpair()
@@ -176,7 +180,7 @@ class StateRelay:
         peer, kind, current = self._peers[peer_id], message["kind"], self._current
         if kind == "hello":
             peer.joined, peer.pid = True, message["pid"]
-            ops = [[op, name, overrides] for name, (op, overrides) in self._state.items()]
+            ops = [list(entry) for entry in self._state.values()]
             self._write(peer_id, {"kind": "replay", "ops": ops})
             self._write(peer_id, self._status())
             if current is not None:  # under way: this worker applies it too, after the replay
@@ -235,8 +239,13 @@ class StateRelay:
     def _finish(self, command: _Command) -> None:
         self._current = None
         if command.applied:  # some worker changed: a worker starting later replays it
-            self._state.pop(command.name, None)
-            self._state[command.name] = (command.op, command.overrides)
+            slot, overrides = command.name, command.overrides
+            if command.op == "weights":  # beside the model's load; weights add up
+                slot = f"weights {command.name}"
+                before = self._state.get(slot, ("", "", None))[2] or {}
+                overrides = {**before, **_route_keys(command.name, overrides or {})}
+            self._state.pop(slot, None)
+            self._state[slot] = (command.op, command.name, overrides)
         failures = command.failures
         error = failures.get(command.origin) or next(iter(failures.values()), None)
         if command.origin in self._peers:
@@ -297,8 +306,10 @@ class SupervisorLink:
         sock: socket.socket,
         repository: ModelRepository | None,
         on_gone: Callable[[], None] | None = None,
+        weights: Callable[[str, dict[str, Any]], object] | None = None,
     ) -> None:
         self.repository = repository  # this worker's own
+        self.weights = weights  # sets a model's weights in this worker's routers
         self.unready: str | None = None
         self._sock = sock
         self._incoming = self._messages()
@@ -395,6 +406,11 @@ class SupervisorLink:
     ) -> dict[str, Any] | None:
         """Run one relayed load/unload on this worker's own repository."""
         try:
+            if op == "weights":
+                if self.weights is None:
+                    raise errors.ModelNotFound(f"no routers: cannot set weights of {name}")
+                self.weights(name, overrides or {})
+                return None
             if self.repository is None:
                 raise errors.ModelNotFound(f"no model repository: cannot {op} {name}")
             repository = self.repository
@@ -426,6 +442,16 @@ class SharedRepository:
 
     async def unload(self, name: str) -> None:
         await self._link.relay("unload", name)
+
+    async def set_weights(self, name: str, weights: dict[str, Any]) -> None:
+        """Every worker sets ``name``'s weights (docs/graphs.md#changing-weights-while-serving)."""
+        await self._link.relay("weights", name, weights)
+
+
+def _route_keys(name: str, weights: dict[str, Any]) -> dict[str, Any]:
+    """Weights by route key (``v2`` and ``m:v2`` are one variant): the replay's merge
+    keeps one entry per variant, the latest."""
+    return {key if ":" in key else f"{name}:{key}": weight for key, weight in weights.items()}
 
 
 def _settle(future: asyncio.Future[Any], error: object) -> None:
@@ -474,7 +500,7 @@ def share_model_state(server: Serving) -> SupervisorLink | None:
     except (OSError, ValueError):
         logger.warning("no model-state relay on fd %s: this worker's loads stay its own", fd)
         return None
-    link = SupervisorLink(sock, server.repository)
+    link = SupervisorLink(sock, server.repository, weights=partial(apply_weights, server))
     link.join()
     if server.repository is not None:
         server.repository = SharedRepository(server.repository, link)

@@ -4,6 +4,7 @@
     GET  /v1/models/<m>[/versions/<v>|/labels/<l>]            version status
     GET  /v1/models/<m>[/versions/<v>|/labels/<l>]/metadata   signature_def
     POST /v1/models/<m>[/versions/<v>|/labels/<l>]:predict    inference
+    POST /v1/models/<m>[/versions/<v>|/labels/<l>]:explain    KServe's v1 explanation
 
 A predict request is turned into a V2 tensor request for the route ``m:v``
 and runs through the graph like any other (validation, batching, logging),
@@ -20,6 +21,9 @@ the highest); a label resolves through ``server.repository.resolve_label(
 model, label) -> version`` when the server has a repository, else it is a 404.
 Errors are ``{"error": ...}`` with the status of their class (400 bad input,
 404 unknown model, version or label, 503 not ready, 501 classify/regress).
+
+``:explain`` is KServe's v1 route (docs/explain.md#kserve-v1): its ``instances`` go to
+the model's V2 ``explain`` as rows, and the SHAP answer comes back per instance.
 """
 
 from __future__ import annotations
@@ -93,8 +97,10 @@ async def tfserving_handler(server: Serving, event: Event) -> Response | None:
         version = _resolve_label(server, model, match["label"])
     if tail == ":predict" and event.method == "POST":
         return await _predict_with_extras(server, router, event, _route_key(router, model, version))
+    if tail == ":explain" and event.method == "POST":
+        return Response(await _explain(server, router, event, _route_key(router, model, version)))
     if tail.startswith(":"):
-        raise NotSupported(f"{tail[1:]} is not supported, use :predict")
+        raise NotSupported(f"{tail[1:]} is not supported, use :predict or :explain")
     if event.method != "GET":
         raise InvalidInput(f"{event.method} {path} is not supported, use GET")
     if tail == "/metadata":
@@ -381,6 +387,60 @@ def _bytes_json(value: object, always_b64: bool) -> Any:
         except UnicodeDecodeError:
             pass
     return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+# ---- KServe's v1 explain --------------------------------------------------------------
+
+
+async def _explain(
+    server: Serving, router: BaseModelRouter, event: Event, key: str
+) -> dict[str, Any]:
+    """``:explain``: ``{"instances": [...]}`` asks the model's ``explain`` for its rows;
+    the answer is ``{"explanations": [...]}``, one per instance."""
+    body = event.body if isinstance(event.body, dict) else _loads(event.body or b"")
+    if not isinstance(body, dict) or "instances" not in body:
+        raise InvalidInput('the explain request needs "instances": a list of rows')
+    instances = _decode_b64(body["instances"])
+    if not isinstance(instances, list) or not instances:
+        raise InvalidInput('"instances" must be a non-empty list of rows')
+    _ready_model(router, key)
+    event.body = {"inputs": instances}
+    event.path = infer_path(router, key).removesuffix("/infer") + "/explain"
+    graph = server.graph
+    assert graph is not None  # the handler found the router in it
+    answer = (await graph.run_async(event)).body
+    outputs = answer.get("outputs") if isinstance(answer, dict) else answer
+    return {"explanations": _explanations(outputs, len(instances))}
+
+
+def _explanations(outputs: Any, rows: int) -> Any:
+    """KServe v1's ``explanations`` of a row-form SHAP answer (``shap_values``: rows x
+    features, or ``{class: rows x features}``; ``base_values``: one per class, or one list
+    of them per row): one ``{"feature_names", "shap_values", "base_values"}`` per
+    instance. Any other answer (a model's own ``explain``) is returned as it is."""
+    if not isinstance(outputs, dict) or "shap_values" not in outputs:
+        return outputs
+    values, names = outputs["shap_values"], list(outputs.get("feature_names") or [])
+    classes = list(values) if isinstance(values, dict) else []
+    base: Any = outputs.get("base_values")
+    answers = []
+    for row in range(rows):
+        row_base = base[row] if _per_row(base, rows) else base
+        flat = [] if row_base is None else [float(v) for v in np.ravel(row_base)]
+        item: dict[str, Any] = {"feature_names": names}
+        if classes:
+            item["shap_values"] = {c: values[c][row] for c in classes}
+            item["base_values"] = dict(zip(classes, flat, strict=False))
+        else:
+            item["shap_values"] = values[row]
+            item["base_values"] = flat[0] if flat else None
+        answers.append(item)
+    return answers
+
+
+def _per_row(base: Any, rows: int) -> bool:
+    """Whether ``base_values`` holds a list per row (``[rows, classes]``)."""
+    return isinstance(base, list) and len(base) == rows and all(isinstance(b, list) for b in base)
 
 
 # ---- Simple TensorFlow Serving's conveniences (mlserve.server.simple_tfs) -------------

@@ -11,9 +11,14 @@ GRAPH = Path(__file__).resolve().parents[2] / "mlserve" / "graph"
 # Bottom to top: a module may import only modules listed before it.
 LAYERS = [
     "classes",
+    "model_step",
+    "streaming",
     "plot",
     "http_steps",
     "tasks",
+    "traffic",
+    "shadow",
+    "rollout",
     "routers",
     "merger",
     "steps",
