@@ -284,10 +284,10 @@ def goals(stats: Stats, shadow_stats: Stats, local: dict[str, float], rate: int)
         share = router / plain["cpu_us"]
         lines.append(
             f"- a {case} router costs at most 5% more per request than a plain one: "
-            f"{router:+.1f} us of {plain['cpu_us']:.0f} us, {share:+.1%} "
-            f"(under load: {measured['cpu_us'] / plain['cpu_us'] - 1:+.0%} server CPU, "
-            f"{plain['rps'] / measured['rps'] - 1:+.0%} time per request), "
+            f"{router:+.1f} us of {plain['cpu_us']:.0f} us, {share:+.1%}, "
             + ("met" if share <= 0.05 else "not met")
+            + f" (under load {measured['cpu_us'] / plain['cpu_us'] - 1:+.0%} server CPU, "
+            f"{plain['rps'] / measured['rps'] - 1:+.0%} time per request)"
         )
     p99 = shadow["p99_us"] / paced_plain["p99_us"] - 1
     mean = shadow["server_mean_us"] / paced_plain["server_mean_us"] - 1
@@ -297,9 +297,10 @@ def goals(stats: Stats, shadow_stats: Stats, local: dict[str, float], rate: int)
         f"client {shadow['p99_us'] / 1000:.2f} ms vs {paced_plain['p99_us'] / 1000:.2f} ms "
         f"({p99:+.0%}), "
         + ("met" if p99 <= 0.10 else "not met")
-        + f"; server side, the primary's own calls: mean {shadow['server_mean_us']:.1f} us vs "
+        + f" (server side, the primary's own calls, mean {shadow['server_mean_us']:.1f} us vs "
         f"{paced_plain['server_mean_us']:.1f} us ({mean:+.0%}), p99 "
         + ("in the same bucket or a lower one" if same_bucket else "a bucket higher")
+        + ")"
     )
     return "\n".join(lines)
 
