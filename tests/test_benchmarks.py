@@ -17,6 +17,23 @@ from benchmarks import common
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def quick_round(step: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``make bench``'s quick round of ``step`` (benchmarks/__main__.py's QUICK), its
+    document left alone; it must exit 0."""
+    from benchmarks.__main__ import QUICK
+
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{step}", *QUICK[step], "--no-doc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
 def test_a_section_replaces_its_own_part_and_keeps_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,17 +171,7 @@ def test_the_monitoring_step_measures_its_three_parts_in_its_quick_round() -> No
     """``make bench``'s quick round of the monitoring step: records consumed, serving
     with and without ``--monitor``, and drift detected under a paced load (the paced
     wrk script answers with the rate asked for)."""
-    from benchmarks.__main__ import QUICK
-
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.monitoring", *QUICK["monitoring"], "--no-doc"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = quick_round("monitoring", 240)
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     assert any(line.startswith("| 20,000 | 4 | 12 |") for line in rows), rows
     assert any(line.startswith("| tracking alone |") for line in rows), rows
@@ -179,17 +186,7 @@ def test_the_monitoring_step_measures_its_three_parts_in_its_quick_round() -> No
 def test_the_console_step_measures_its_three_cases_in_its_quick_round() -> None:
     """``make bench``'s quick round of the console step: serving with the console off, on,
     and open in pages that poll its data calls (every call answered)."""
-    from benchmarks.__main__ import QUICK
-
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.console", *QUICK["console"], "--no-doc"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = quick_round("console", 120)
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     assert any(line.startswith("| console off (`--no-console`) |") for line in rows), rows
     assert any(line.startswith("| console on, nobody watching |") for line in rows), rows
@@ -201,17 +198,7 @@ def test_the_console_step_measures_its_three_cases_in_its_quick_round() -> None:
 def test_the_explain_step_measures_both_models_against_shap_in_its_quick_round() -> None:
     """``make bench``'s quick round of the explain step: each model explained over HTTP
     and by shap in-process, mlserve's values checked against shap's own."""
-    from benchmarks.__main__ import QUICK
-
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.explain", *QUICK["explain"], "--no-doc"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = quick_round("explain", 300)
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     assert any(
         line.startswith("| XGBoost, 100 trees, depth 6 (tree explainer) | 1 |") for line in rows
@@ -224,17 +211,7 @@ def test_the_explain_step_measures_both_models_against_shap_in_its_quick_round()
 def test_the_tracing_step_measures_the_baseline_off_and_on_in_its_quick_round() -> None:
     """``make bench``'s quick round of the tracing step: the baseline, off, and on with
     every request's spans reaching the receiver."""
-    from benchmarks.__main__ import QUICK
-
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.tracing", *QUICK["tracing"], "--no-doc"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = quick_round("tracing", 180)
     rows = {
         line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line[:2] == "| "
     }

@@ -505,7 +505,7 @@ class GraphServer:
         an error mid-stream raised after the chunks before it, as storey's StreamingError
         with the text an error answer has (``"<class>: <message>"``)."""
         try:
-            yield from stream.iterate(self._loop.run)
+            yield from self.read_stream(stream)
         except Exception as exc:
             from storey.dtypes import StreamingError  # a dependency; loaded when it is needed
 
@@ -517,7 +517,7 @@ class GraphServer:
         ended the stream, answered as an error."""
         stream: ChunkStream = response.body
         try:
-            chunks = list(stream.iterate(self._loop.run))
+            chunks = list(self.read_stream(stream))
         except Exception as exc:
             return self.error_response(exc)
         return Response(chunks, response.status_code, "application/json", response.headers)

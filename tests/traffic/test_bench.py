@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.test_benchmarks import quick_round
 
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by make system-deps")
 def test_the_rollout_benchmark_measures_every_case() -> None:
-    from benchmarks.__main__ import QUICK
-
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.rollout", *QUICK["rollout"], "--no-doc"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = quick_round("rollout", 300)
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     for case in ("plain", "weighted 90/10", "weighted, sticky key", "plain + shadow"):
         assert any(line.startswith(f"| {case} | 8 connections |") for line in rows), rows
