@@ -12,7 +12,8 @@ out) served by ``mlserve serve``, driven by ``wrk`` at 8 connections, three ways
 - ``off``: this tree, no endpoint (tracing is not imported: the hot path reads one
   module attribute);
 - ``on``: this tree with ``--otel-endpoint`` to an OTLP/HTTP receiver in this process
-  (``tests/otlp_receiver.py``, decoding every export) and ``OTEL_TRACES_SAMPLER=always_on``:
+  (``tests/otlp_receiver.py`` counting: it decodes every export and counts its spans, as a
+  collector's receiver would, without keeping them) and ``OTEL_TRACES_SAMPLER=always_on``:
   every request is traced and exported;
 - ``on 10%``: the same with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` at 0.1, one
   request in ten traced (what a busy service would run).
@@ -106,12 +107,12 @@ def measure(
     with running(serve(case, tree, receiver.endpoint), f"tracing-{case}") as (port, pid, _):
         url = f"http://127.0.0.1:{port}{PATH}"
         wrk(url, BODY, CONNECTIONS, args.warmup)
-        cpu, spans = cpu_seconds(pid), len(receiver.spans)
+        cpu, spans = cpu_seconds(pid), receiver.count
         result = wrk(url, BODY, CONNECTIONS, args.duration)
         result["cpu_us"] = (cpu_seconds(pid) - cpu) / result["requests"] * 1e6
     if sum(result["errors"].values()):
         raise RuntimeError(f"wrk counted errors ({case}): {result['errors']}")
-    result["spans"] = (len(receiver.spans) - spans) / result["requests"]  # what reached it
+    result["spans"] = (receiver.count - spans) / result["requests"]  # what reached it
     progress(
         f"tracing {case:8} {result['rps']:8.0f} req/s {result['cpu_us']:6.1f} us CPU/request"
         + (f"  {result['spans']:.2f} spans/request received" if case in SAMPLERS else "")
@@ -149,7 +150,8 @@ def table(
         f"after a {args.warmup:g} s warm-up, median of {args.repeat} alternating rounds; wrk "
         f"at {CONNECTIONS} connections on the echo model ([1, 4] FP32, V2 JSON). On: "
         "`--otel-endpoint` to an OTLP/HTTP receiver in the benchmark's process (it decodes "
-        "every export, on the same cores), `OTEL_TRACES_SAMPLER=always_on`; on 10%: "
+        "and counts every export, on the same 2 cores), `OTEL_TRACES_SAMPLER=always_on`; "
+        "on 10%: "
         "`parentbased_traceidratio` at 0.1. CPU: the "
         "server process, all its threads (the exporter's included).",
     )
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     from tests.otlp_receiver import HttpReceiver
 
     ref = args.baseline or before_tracing()
-    receiver = HttpReceiver()
+    receiver = HttpReceiver(counting=True)
     rows: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:

@@ -597,20 +597,21 @@ class V2ModelServer:
             request = decode_request(body)
             if op == "explain":
                 check_explain_rows(request, explain_limits(self).max_rows)
-            if tracing.on:  # a span per hook (docs/observability.md#tracing)
+            traced = tracing.on and tracing.recording()  # a span per hook, when sampled
+            if traced:  # (docs/observability.md#tracing)
                 with tracing.span("preprocess", {"mlserve.model": self.name}):
                     request = self._validated(self.preprocess(request, op), op)
             else:
                 request = self._validated(self.preprocess(request, op), op)
             hook = self.explain if op == "explain" else self.predict
             hook_ns = time.perf_counter_ns()
-            if tracing.on:
+            if traced:
                 with tracing.span(_HOOK_SPANS[op == "explain"], {"mlserve.model": self.name}):
                     outputs = await runner.user(hook, request)
             else:
                 outputs = await runner.user(hook, request)
             compute_ns = time.perf_counter_ns() - hook_ns
-            if tracing.on:
+            if traced:
                 with tracing.span("postprocess", {"mlserve.model": self.name}):
                     envelope = self._envelope(request, outputs, event_id, start_ns, op)
                     response = self.postprocess(envelope)

@@ -1,26 +1,39 @@
-"""OpenTelemetry spans for every face and step, one attribute read when off.
+"""Spans for every face and step, one attribute read when off (docs/observability.md#tracing).
 
-Call sites do ``from mlserve.core import tracing`` and test ``if tracing.on:`` at
-call time; nothing of opentelemetry is imported until :func:`enable` runs
-(docs/observability.md#tracing).
+Call sites do ``from mlserve.core import tracing`` and test ``if tracing.on:`` at call
+time. A span here is OpenTelemetry's span (trace and span ids, parent, kind, times,
+attributes, links, events, status) kept in one slotted object: starting and ending one
+costs about a microsecond, where the OpenTelemetry SDK's costs tens, and an ended span
+goes to the sink that :func:`enable` was given (``mlserve.monitoring.span_queue``,
+which writes OTLP). The caller's context comes and goes as W3C ``traceparent`` and
+``tracestate``, which OpenTelemetry's propagators read and write.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+import re
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from random import getrandbits
 from typing import Any
 
 __all__ = [
+    "Span",
     "carry",
     "carry_for_logs",
     "copy_context",
+    "current",
     "disable",
     "enable",
     "inject",
     "on",
+    "parse_traceparent",
+    "recording",
     "server_span",
+    "set_error",
     "set_status",
     "span",
     "span_context",
@@ -34,59 +47,114 @@ on: bool = False
 carry: bool = False
 _logs_carry = False
 
-_tracer: Any = None
-_trace: Any = None  # the opentelemetry.trace module, once enabled
-_propagator: Any = None
-_getter: Any = None
-_kinds: dict[str, Any] = {}
+# where ended, sampled spans go, and whether a new trace is sampled (from its trace id)
+_sink: Callable[[Span], None] | None = None
+_sample_root: Callable[[int], bool] = lambda trace_id: True  # noqa: E731
+_follow_parent = True  # parent-based sampling: a caller's flag decides for its trace
+
+_current: contextvars.ContextVar[Span | None] = contextvars.ContextVar("mlserve_span", default=None)
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_time_ns = time.time_ns
 
 
-class _HeaderGetter:
-    """Reads ``traceparent`` from headers whatever their case (HTTP, gRPC metadata, Kafka)."""
+class Span:
+    """One span; ``parent_id`` 0 is a root, ``remote_parent`` a caller's ``traceparent``.
+    ``error`` None leaves the status unset, a string is an ERROR with that description."""
 
-    def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
-        value = carrier.get(key)
-        if value is None:
-            for name, item in carrier.items():
-                if name.lower() == key:
-                    value = item
-                    break
-        if value is None:
-            return None
-        if isinstance(value, bytes):
-            value = value.decode("latin-1")
-        return [value] if isinstance(value, str) else [str(v) for v in value]
-
-    def keys(self, carrier: Mapping[str, Any]) -> list[str]:
-        return list(carrier)
-
-
-def enable(tracer: Any) -> None:
-    """Start tracing with ``tracer`` (an opentelemetry ``Tracer``)."""
-    global on, carry, _tracer, _trace, _propagator, _getter
-    from opentelemetry import trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    _trace = trace
-    _propagator = TraceContextTextMapPropagator()
-    _getter = _HeaderGetter()
-    _kinds.update(
-        internal=trace.SpanKind.INTERNAL,
-        client=trace.SpanKind.CLIENT,
-        producer=trace.SpanKind.PRODUCER,
-        consumer=trace.SpanKind.CONSUMER,
-        server=trace.SpanKind.SERVER,
+    __slots__ = (
+        "attributes",
+        "end_ns",
+        "error",
+        "events",
+        "kind",
+        "links",
+        "name",
+        "parent_id",
+        "remote_parent",
+        "sampled",
+        "span_id",
+        "start_ns",
+        "token",
+        "trace_id",
+        "trace_state",
     )
-    _tracer = tracer
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        attributes: dict[str, Any] | None,
+        trace_id: int,
+        parent_id: int,
+        sampled: bool,
+        trace_state: str,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.attributes = attributes if attributes is not None else {}
+        self.trace_id = trace_id
+        self.parent_id = parent_id
+        self.sampled = sampled
+        self.trace_state = trace_state
+        self.remote_parent = False
+        self.span_id = getrandbits(64) or 1
+        self.links: list[tuple[int, int]] | tuple[()] = ()  # lists only when there are any
+        self.events: list[tuple[str, int, dict[str, Any]]] | tuple[()] = ()
+        self.error: str | None = None
+        self.end_ns = 0
+        self.start_ns = _time_ns()
+
+    def __enter__(self) -> Span:
+        self.token = _current.set(self)
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        _current.reset(self.token)
+        if exc is not None and isinstance(exc, Exception):  # a cancel is no error
+            self.record_exception(exc)
+            if self.error is None:
+                self.error = f"{type(exc).__name__}: {exc}"
+        self.end_ns = _time_ns()
+        if self.sampled and _sink is not None:
+            _sink(self)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+    def record_exception(self, exc: BaseException) -> None:
+        """An ``exception`` event in the semantic conventions' names."""
+        stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        attributes = {
+            "exception.type": type(exc).__name__,
+            "exception.message": str(exc),
+            "exception.stacktrace": stack,
+        }
+        self.events = [*self.events, ("exception", _time_ns(), attributes)]
+
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{'01' if self.sampled else '00'}"
+
+
+def enable(
+    sink: Callable[[Span], None],
+    sample_root: Callable[[int], bool] | None = None,
+    follow_parent: bool = True,
+) -> None:
+    """Start tracing: ended, sampled spans go to ``sink``; ``sample_root(trace_id)`` decides
+    for a new trace (default: all), and ``follow_parent`` keeps a caller's decision."""
+    global on, carry, _sink, _sample_root, _follow_parent
+    _sink = sink
+    _sample_root = sample_root or (lambda trace_id: True)
+    _follow_parent = follow_parent
     on = carry = True
 
 
 def disable() -> None:
     """Stop tracing: call sites see ``on`` false and start no span."""
-    global on, carry, _tracer
+    global on, carry, _sink
     on = False
     carry = _logs_carry
-    _tracer = None
+    _sink = None
 
 
 def carry_for_logs(wanted: bool) -> None:
@@ -96,88 +164,141 @@ def carry_for_logs(wanted: bool) -> None:
     carry = on or wanted
 
 
-@contextmanager
-def _server_span(
-    name: str, headers: Mapping[str, str] | None, attributes: dict[str, Any], kind: str
-) -> Iterator[Any]:
-    parent = _propagator.extract(headers or {}, getter=_getter)
-    with _tracer.start_as_current_span(
-        name, context=parent, kind=_kinds[kind], attributes=attributes
-    ) as current:
-        yield current
+def parse_traceparent(value: str | bytes | None) -> tuple[int, int, bool] | None:
+    """``(trace_id, span_id, sampled)`` of a W3C ``traceparent``; None for a bad one."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    match = _TRACEPARENT.fullmatch(value.strip())
+    if match is None:
+        return None
+    version, trace, parent, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    trace_id, parent_id = int(trace, 16), int(parent, 16)
+    if not trace_id or not parent_id:
+        return None
+    return trace_id, parent_id, bool(int(flags, 16) & 1)
+
+
+def _header(headers: Mapping[str, Any], key: str) -> Any:
+    """``headers[key]`` whatever its case (HTTP, gRPC metadata, Kafka headers)."""
+    value = headers.get(key)
+    if value is None:
+        for name, item in headers.items():
+            if name.lower() == key:
+                return item
+    return value
 
 
 def server_span(
     name: str,
-    headers: Mapping[str, str] | None,
-    attributes: dict[str, Any],
+    headers: Mapping[str, Any] | None,
+    attributes: dict[str, Any] | None,
     kind: str = "server",
-) -> AbstractContextManager[Any]:
+    lowercase: bool = False,
+) -> Any:
     """A SERVER span (or ``kind``: a Kafka message's "consumer") continuing the caller's
-    W3C ``traceparent``, else a new trace."""
+    W3C ``traceparent``, else a new trace; never a child of the span current here.
+    ``lowercase``: the header names are (the HTTP and gRPC faces'), no need to look
+    further than ``headers["traceparent"]``. Off: a context that yields None."""
     if not on:
         return nullcontext()
-    return _server_span(name, headers, attributes, kind)
+    found = None
+    if headers:
+        parent = headers.get("traceparent") if lowercase else _header(headers, "traceparent")
+        found = parse_traceparent(parent) if parent is not None else None
+    if found is None or not headers:
+        trace_id = getrandbits(128) or 1
+        return Span(name, kind, attributes, trace_id, 0, _sample_root(trace_id), "")
+    trace_id, parent_id, sampled = found
+    if not _follow_parent:
+        sampled = _sample_root(trace_id)
+    state = _header(headers, "tracestate")
+    if isinstance(state, bytes):
+        state = state.decode("latin-1")
+    opened = Span(name, kind, attributes, trace_id, parent_id, sampled, state or "")
+    opened.remote_parent = True
+    return opened
 
 
 def span(
     name: str,
     attributes: dict[str, Any] | None = None,
-    links: list[Any] | None = None,
+    links: list[tuple[int, int] | None] | None = None,
     kind: str = "internal",
 ) -> AbstractContextManager[Any]:
-    """A child of the current span; ``links`` are span contexts (or ``Link`` objects).
-    Outside any span (a probe's road, a mock call not traced) there is none: no orphans."""
-    if not on or not _trace.get_current_span().get_span_context().is_valid:
+    """A child of the current span; ``links``: :func:`span_context` values. Outside any
+    span (a probe's road, a mock call not traced) or in a trace not sampled there is
+    none: no orphans, and nothing recorded that would not be sent."""
+    parent = _current.get()
+    if parent is None or not parent.sampled:  # (off: nothing sets a current span)
         return nullcontext()
-    linked = None
+    child = Span(name, kind, attributes, parent.trace_id, parent.span_id, True, parent.trace_state)
     if links:
-        linked = [lk if isinstance(lk, _trace.Link) else _trace.Link(lk) for lk in links]
-    return _tracer.start_as_current_span(
-        name, kind=_kinds[kind], attributes=attributes, links=linked
-    )
+        child.links = [link for link in links if link is not None]
+    return child
 
 
-def set_status(current: Any, status: int) -> None:
-    """Record an HTTP-like status on ``current``: 5xx is an error, 4xx is left unset."""
-    if current is None or not on:
+def current() -> Span | None:
+    """The span current here (a trace not sampled included), or None."""
+    return _current.get() if on else None
+
+
+def recording() -> bool:
+    """Whether a span started here would be recorded: tracing is on, and the current
+    span's trace is sampled (call sites skip building a span's attributes otherwise)."""
+    opened = _current.get() if on else None
+    return opened is not None and opened.sampled
+
+
+def set_status(opened: Any, status: int) -> None:
+    """Record an HTTP-like status on ``opened``: 5xx is an error, 4xx is left unset."""
+    if opened is None or not on:
         return
-    current.set_attribute("http.response.status_code", status)
+    opened.attributes["http.response.status_code"] = status
     if status >= 500:
-        current.set_status(_trace.Status(_trace.StatusCode.ERROR))
+        opened.error = opened.error or ""
+
+
+def set_error(opened: Any, description: str = "", exc: BaseException | None = None) -> None:
+    """Mark ``opened`` an ERROR, with ``exc`` as its ``exception`` event when given."""
+    if opened is None or not on:
+        return
+    if exc is not None:
+        opened.record_exception(exc)
+    opened.error = description
 
 
 def inject(headers: dict[str, str]) -> None:
     """Write the current span's ``traceparent`` (and ``tracestate``) into ``headers``."""
-    if on:
-        _propagator.inject(headers)
+    opened = _current.get() if on else None
+    if opened is None:
+        return
+    headers["traceparent"] = opened.traceparent()
+    if opened.trace_state:
+        headers["tracestate"] = opened.trace_state
 
 
 def trace_id() -> str | None:
     """The current trace id as 32 hex digits, or None outside a span."""
-    if not on:
-        return None
-    context = _trace.get_current_span().get_span_context()
-    if not context.is_valid:
-        return None
-    return f"{context.trace_id:032x}"
+    opened = _current.get() if on else None
+    return None if opened is None else f"{opened.trace_id:032x}"
 
 
 def span_id() -> str | None:
     """The current span id as 16 hex digits, or None outside a span."""
-    if not on:
-        return None
-    context = _trace.get_current_span().get_span_context()
-    if not context.is_valid:
-        return None
-    return f"{context.span_id:016x}"
+    opened = _current.get() if on else None
+    return None if opened is None else f"{opened.span_id:016x}"
 
 
-def span_context() -> Any:
-    """The current span's context, to link a batch's span to each of its requests."""
-    if not on:
+def span_context() -> tuple[int, int] | None:
+    """``(trace_id, span_id)`` of the current span, to link a batch's span to a request."""
+    opened = _current.get() if on else None
+    if opened is None or not opened.sampled:
         return None
-    return _trace.get_current_span().get_span_context()
+    return opened.trace_id, opened.span_id
 
 
 def copy_context() -> contextvars.Context:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from mlserve.core import tracing
 from mlserve.core.context import GraphContext
 from mlserve.core.events import Event, Response
 from mlserve.core.streams import ChunkStream
@@ -114,6 +115,12 @@ def executor_mode(executor_type: Any) -> ParallelRunnerModes:
         ) from None
 
 
+def _traced_route(key: str, call: Callable[[], Any]) -> Any:
+    """``call()`` inside a ``route {key}`` span (docs/observability.md#tracing)."""
+    with tracing.span(f"route {key}", {"mlserve.step": key}):
+        return call()
+
+
 class ParallelRun(BaseModelRouter):
     """Runs every route on the event and merges their dict results (starting
     from a copy of the request body with ``extend_event=True``); a result that
@@ -167,6 +174,10 @@ class ParallelRun(BaseModelRouter):
                 clone.path,
                 clone.method,
             )
+        if tracing.on and tracing.recording():  # a span per route, on its pooled thread
+            return self.executor().submit(  # (its own copy: a context runs on one thread)
+                tracing.copy_context().run, _traced_route, key, lambda: route.run(clone).body
+            )
         return self.executor().submit(lambda: route.run(clone).body)
 
     async def run_routes(self, event: Event, run: Callable[..., Any]) -> dict[str, Any]:
@@ -174,7 +185,8 @@ class ParallelRun(BaseModelRouter):
         if self.executor_type == "array":
             results = {}
             for key, route in self.routes.items():
-                results[key] = (await run(route, _event_copy(event))).body
+                with tracing.span(f"route {key}", {"mlserve.step": key}):
+                    results[key] = (await run(route, _event_copy(event))).body
             return results
         futures = {key: self._submit(key, route, event) for key, route in self.routes.items()}
         if run is run_sync:

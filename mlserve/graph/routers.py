@@ -341,7 +341,7 @@ class ModelRouter(BaseModelRouter):
         key, route, op = resolved
         event.path = op
         traffic = self.traffic
-        if tracing.on:  # the route's span (docs/observability.md#tracing)
+        if tracing.on and tracing.recording():  # the route's span (docs/observability.md)
             return await self._traced_route(traffic, key, route, event, run)
         if not traffic.stats and not traffic.shadows:  # no split here: the plain road
             return await run(route, event)

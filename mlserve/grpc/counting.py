@@ -78,6 +78,24 @@ async def _logged(
     return answer
 
 
+async def _logged_stream(
+    answers: Any, context: ServicerContext, path: str, rid: str
+) -> AsyncIterator[Any]:
+    """A streaming call's answers (or the coroutine that writes them), then its
+    access-log line."""
+    started = time.perf_counter()
+    try:
+        if hasattr(answers, "__aiter__"):
+            async for answer in answers:
+                yield answer
+        else:
+            await answers
+    except BaseException as exc:
+        _log_access(path, None, context, exc, started, rid)
+        raise
+    _log_access(path, None, context, None, started, rid)
+
+
 def counted(handler: grpc.RpcMethodHandler, path: str, counts: _Counts) -> grpc.RpcMethodHandler:
     """``handler`` of the method ``path`` (``/package.Service/Method``), each call's
     final status counted in ``counts``."""
@@ -124,9 +142,15 @@ def counted(handler: grpc.RpcMethodHandler, path: str, counts: _Counts) -> grpc.
 
     def streaming(behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
         async def call(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
-            started = time.perf_counter() if request_log.access else 0.0
+            rid = ""
+            if request_log.track and not probe:  # the call's own id: its messages carry theirs
+                rid = request_log.new_id()
+                context.set_trailing_metadata(((request_log.REQUEST_ID_HEADER, rid),))
+                request_log.current.set((rid, path))
             try:
                 answers = behavior(request, context)
+                if request_log.access and not probe:  # the line inside the span: its trace
+                    answers = _logged_stream(answers, context, path, rid)
                 if tracing.on and spanned:
                     answers = spans.traced_stream(answers, context, service, method)
                 if hasattr(answers, "__aiter__"):
@@ -136,12 +160,8 @@ def counted(handler: grpc.RpcMethodHandler, path: str, counts: _Counts) -> grpc.
                     await answers
             except BaseException as exc:
                 count(context, exc)
-                if request_log.access:
-                    _log_access(path, None, context, exc, started, "")
                 raise
             count(context, None)
-            if request_log.access:
-                _log_access(path, None, context, None, started, "")
 
         return call
 

@@ -58,17 +58,23 @@ def _attributes(service: str, method: str, request: Any) -> dict[str, Any]:
     return attributes
 
 
+def _server_span(
+    name: str, context: ServicerContext, service: str, method: str, request: Any
+) -> tracing.Span:
+    """The call's server span; its attributes written only when its trace is sampled."""
+    span = tracing.server_span(name, _metadata(context), None, lowercase=True)
+    if span.sampled:
+        span.attributes.update(_attributes(service, method, request))
+    return span
+
+
 def _ended(current: Any, context: ServicerContext, error: BaseException | None) -> None:
     code = context.code()
     if code is None:
         code = grpc.StatusCode.OK if error is None else grpc.StatusCode.UNKNOWN
     current.set_attribute("rpc.grpc.status_code", code.value[0])
     if code in _SERVER_ERRORS:
-        if error is not None:
-            current.record_exception(error)
-        from opentelemetry.trace import Status, StatusCode  # on: the extra is installed
-
-        current.set_status(Status(StatusCode.ERROR, str(code.name)))
+        tracing.set_error(current, str(code.name), error)
 
 
 async def traced_unary(
@@ -80,7 +86,7 @@ async def traced_unary(
 ) -> Any:
     """``behavior(request, context)`` inside the call's server span."""
     name = f"{service}/{method}"
-    with tracing.server_span(name, _metadata(context), _attributes(service, method, request)) as s:
+    with _server_span(name, context, service, method, request) as s:
         error: BaseException | None = None
         try:
             answer = await behavior(request, context)
@@ -100,7 +106,7 @@ async def traced_stream(
 ) -> AsyncIterator[Any]:
     """The answers of a streaming call (or the coroutine that writes them) inside its span."""
     name = f"{service}/{method}"
-    with tracing.server_span(name, _metadata(context), _attributes(service, method, None)) as s:
+    with _server_span(name, context, service, method, None) as s:
         error: BaseException | None = None
         try:
             if hasattr(answers, "__aiter__"):

@@ -225,6 +225,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.body_bytes = 0
         self.refusal: bytes | None = None
         self.client: str | None = None  # the peer's address, once counted in owner.clients
+        self.local: str | None = None  # the address it was accepted on (a traced one's)
         self.bucket: RateBucket | None = None  # its request rate, when one is set
         self.reading = True
         self.queued_bytes = 0  # the bodies of the pipelined requests waiting in ``queue``
@@ -254,6 +255,9 @@ class HTTPProtocol(asyncio.Protocol):
             transport.close()
             return
         self.client = client
+        if tracing.on:  # the address it was accepted on: a span's ``server.address``
+            sockname = transport.get_extra_info("sockname")
+            self.local = sockname[0] if isinstance(sockname, tuple) else None
         self.bucket = clients.bucket(client, self.loop.time())
         self.owner.connections.add(self)
         bound = self.write_buffer_bytes
@@ -492,18 +496,15 @@ class HTTPProtocol(asyncio.Protocol):
 
     async def _traced(self, event: Event, keep_alive: bool, head_only: bool) -> Response:
         """``_answer`` inside the request's server span (docs/observability.md#tracing)."""
-        sockname = self.transport.get_extra_info("sockname")
         method = "HEAD" if head_only else event.method
-        return await spans.traced(
-            lambda: self._answer(event, keep_alive, head_only),
-            method,
-            event.path,
-            event.headers,
-            len(event.body or b""),
-            self.client,
-            sockname[0] if isinstance(sockname, tuple) else None,
-            lambda: request_log.request_id(event),
-        )
+        body_size = len(event.body or b"")
+        span = spans.opened(method, event.path, event.headers, body_size, self.client, self.local)
+        if span is None:
+            return await self._answer(event, keep_alive, head_only)
+        with span:
+            response = await self._answer(event, keep_alive, head_only)
+            spans.answered(span, response, request_log.request_id(event) if span.sampled else None)
+            return response
 
     async def _answer(self, event: Event, keep_alive: bool, head_only: bool) -> Response:
         headers = event.headers

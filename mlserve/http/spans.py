@@ -11,13 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from functools import lru_cache
-from typing import Any
 
 from mlserve.core import tracing
 from mlserve.core.events import Response
 from mlserve.core.streams import ChunkStream
 
-__all__ = ["REQUEST_ID_HEADER", "http_route", "name_request", "traced"]
+__all__ = ["REQUEST_ID_HEADER", "answered", "http_route", "name_request", "opened", "traced"]
 
 REQUEST_ID_HEADER = "x-request-id"
 
@@ -53,6 +52,54 @@ def http_route(method: str, path: str) -> str | None:
     return None if found is None else found[0]
 
 
+def opened(
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    body_size: int,
+    client: str | None,
+    server_address: str | None,
+) -> tracing.Span | None:
+    """The request's server span, to enter around its answer; None for a probe. Its
+    attributes are written only when its trace is sampled."""
+    if method in ("GET", "HEAD") and path == "/":
+        return None
+    found = _route(path)
+    if found is None:
+        return None
+    route, model, version = found
+    span = tracing.server_span(f"{method} {route}", headers, None, lowercase=True)
+    if span.sampled:
+        attributes = span.attributes
+        attributes["http.request.method"] = method
+        attributes["url.path"] = path
+        attributes["http.route"] = route
+        attributes["http.request.body.size"] = body_size
+        if model:
+            attributes["mlserve.model"] = model
+            if version:
+                attributes["mlserve.model.version"] = version
+        if client:
+            attributes["client.address"] = client
+        if server_address:
+            attributes["server.address"] = server_address
+    return span
+
+
+def answered(span: tracing.Span, response: Response, request_id: str | None) -> None:
+    """The response's status and size on its server span (``request_id``: the request's
+    id once answered, else the response's ``x-request-id``)."""
+    if not span.sampled:
+        return
+    tracing.set_status(span, response.status_code)
+    if not isinstance(response.body, ChunkStream | dict | list):
+        body = response.body
+        span.attributes["http.response.body.size"] = len(body) if body else 0
+    named = request_id or (response.headers or {}).get(REQUEST_ID_HEADER)
+    if named:
+        span.attributes["mlserve.request.id"] = named
+
+
 async def traced(
     answer: Callable[[], Awaitable[Response]],
     method: str,
@@ -61,46 +108,20 @@ async def traced(
     body_size: int,
     client: str | None,
     server_address: str | None,
-    request_id: Callable[[], str] | None = None,
 ) -> Response:
     """``answer()`` inside the request's server span (a streamed answer's included: the
-    faces write the stream before ``answer`` returns); a probe runs without one.
-    ``request_id``: the request's id once answered (else its ``x-request-id``)."""
-    if method in ("GET", "HEAD") and path == "/":
+    faces write the stream before ``answer`` returns); a probe runs without one."""
+    span = opened(method, path, headers, body_size, client, server_address)
+    if span is None:
         return await answer()
-    found = _route(path)
-    if found is None:
-        return await answer()
-    route, model, version = found
-    attributes: dict[str, Any] = {
-        "http.request.method": method,
-        "url.path": path,
-        "http.route": route,
-        "http.request.body.size": body_size,
-    }
-    if model:
-        attributes["mlserve.model"] = model
-        if version:
-            attributes["mlserve.model.version"] = version
-    if client:
-        attributes["client.address"] = client
-    if server_address:
-        attributes["server.address"] = server_address
-    with tracing.server_span(f"{method} {route}", headers, attributes) as span:
+    with span:
         response = await answer()
-        tracing.set_status(span, response.status_code)
-        if not isinstance(response.body, ChunkStream | dict | list):
-            body = response.body
-            span.set_attribute("http.response.body.size", len(body) if body else 0)
-        named = request_id() if request_id is not None else None
-        named = named or (response.headers or {}).get(REQUEST_ID_HEADER)
-        if named:
-            span.set_attribute("mlserve.request.id", named)
+        answered(span, response, None)
         return response
 
 
 def name_request(request_id: str) -> None:
     """Name the current server span's request (a face that knows its id only inside)."""
-    from opentelemetry import trace  # tracing is on: the extra is installed
-
-    trace.get_current_span().set_attribute("mlserve.request.id", request_id)
+    opened = tracing.current()
+    if opened is not None:
+        opened.set_attribute("mlserve.request.id", request_id)

@@ -1,5 +1,15 @@
-"""The bounded span queue between a request's spans and the OTLP exporter
-(docs/observability.md#tracing): ending a span never waits on the collector."""
+"""The bounded span queue between a request's spans and the OTLP collector
+(docs/observability.md#tracing): ending a span never waits on the collector.
+
+Ended spans are encoded at once (their objects are fresh in the processor's caches:
+that costs half of encoding them later on another thread) and wait in a deque of at
+most ``OTEL_BSP_MAX_QUEUE_SIZE`` (2048); a thread of its own sends them in batches of
+``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512), when a batch is full or every
+``OTEL_BSP_SCHEDULE_DELAY`` milliseconds (1000). A span that finds
+the queue full, or whose export failed, is dropped and counted
+(``mlserve_trace_spans_dropped_total``): a collector that is down or slow costs a
+request nothing.
+"""
 
 from __future__ import annotations
 
@@ -7,38 +17,48 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Protocol
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from prometheus_client import Counter
 
+from mlserve.core.tracing import Span
 from mlserve.monitoring.metrics import REGISTRY
+from mlserve.monitoring.otlp import SpanEncoder
 
-__all__ = ["SPANS_DROPPED", "BoundedSpanProcessor"]
+__all__ = ["SPANS_DROPPED", "SpanQueue"]
 
 logger = logging.getLogger("mlserve.tracing")
 SPANS_DROPPED = Counter(
     "mlserve_trace_spans_dropped",
-    "Spans dropped: the export queue was full (the collector is down or slow).",
+    "Spans dropped: the export queue was full, or the collector was down or refused them.",
     registry=REGISTRY,
 )
-_QUEUE = 2048
-_BATCH = 512
 
 
-class BoundedSpanProcessor(SpanProcessor):
-    """A span processor that never blocks the thread ending a span: ended spans go to a
-    bounded deque (a full one drops and counts), a daemon thread exports them every
-    second or every ``batch`` spans, and shutdown sends what is left."""
+class Sender(Protocol):
+    def send(self, body: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SpanQueue:
+    """Takes ended spans without blocking (:meth:`put` is ``tracing``'s sink) and sends
+    them from a daemon thread; :meth:`shutdown` sends what is left."""
 
     def __init__(
-        self, exporter: Any, max_queue: int = _QUEUE, batch: int = _BATCH, interval: float = 1.0
+        self,
+        encoder: SpanEncoder,
+        sender: Sender,
+        max_queue: int = 2048,
+        batch: int = 512,
+        interval: float = 1.0,
     ) -> None:
-        self.exporter = exporter
+        self.encoder = encoder
+        self.sender = sender
         self.max_queue = max_queue
         self.batch = batch
         self.interval = interval
-        self.queue: deque[Any] = deque()
+        self.queue: deque[bytes] = deque()  # each span encoded as it ends
         self.dropped = 0
         self.failed_at = 0.0  # when an export last failed (its warning is rate-limited)
         self.wake = threading.Event()
@@ -47,57 +67,58 @@ class BoundedSpanProcessor(SpanProcessor):
         self.thread = threading.Thread(target=self._run, name="mlserve-otlp", daemon=True)
         self.thread.start()
 
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        """Nothing to do when a span starts."""
-
-    def on_end(self, span: ReadableSpan) -> None:
-        context = span.context
-        if context is None or not context.trace_flags.sampled:
-            return
+    def put(self, span: Span) -> None:
         queue = self.queue
         if len(queue) >= self.max_queue:
-            self.dropped += 1
-            SPANS_DROPPED.inc()
+            self._drop(1)
             return
-        queue.append(span)
-        if len(queue) >= self.batch:
+        try:
+            queue.append(self.encoder.span(span))
+        except Exception as exc:  # a bug here must not fail the request
+            self._failed(exc, 1)
+            return
+        if len(queue) == self.batch:
             self.wake.set()
+
+    def _drop(self, count: int) -> None:
+        self.dropped += count
+        SPANS_DROPPED.inc(count)
 
     def _run(self) -> None:
         while not self.stopping:
             self.wake.wait(self.interval)
             self.wake.clear()
-            self._export_all()
+            self.flush()
 
-    def _export_all(self) -> None:
+    def flush(self) -> None:
+        """Send every span queued now, in batches."""
         with self.lock:
-            while self.queue:
-                spans = [self.queue.popleft() for _ in range(min(self.batch, len(self.queue)))]
-                self._export(spans)
+            queue = self.queue
+            while queue:
+                spans = [queue.popleft() for _ in range(min(self.batch, len(queue)))]
+                self._send(self.encoder.request(spans), len(spans))
 
-    def _export(self, spans: list[Any]) -> None:
+    def _send(self, body: bytes, count: int) -> None:
         try:
-            result = self.exporter.export(spans)
-            failed = getattr(result, "name", "SUCCESS") != "SUCCESS"
-        except Exception as exc:  # an exporter's bug must not end the thread
-            failed = True
-            logger.debug("span export raised: %s", exc)
+            self.sender.send(body)
+        except Exception as exc:  # down, refusing: the thread goes on
+            self._failed(exc, count)
+
+    def _failed(self, error: Exception, count: int) -> None:
+        self._drop(count)
         now = time.monotonic()
-        if failed and now - self.failed_at > 60:
+        if now - self.failed_at > 60:
             self.failed_at = now
             logger.warning(
-                "could not export %d spans to the OTLP collector (down, or refusing them); "
-                "said at most once a minute, --log-level debug tells why",
-                len(spans),
+                "could not export %d spans to the OTLP collector (%s); they are dropped and "
+                "counted, and this is said at most once a minute",
+                count,
+                str(error).splitlines()[0][:200] if str(error) else type(error).__name__,
             )
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        self._export_all()
-        return True
 
     def shutdown(self) -> None:
         self.stopping = True
         self.wake.set()
         self.thread.join(timeout=self.interval + 1)
-        self._export_all()
-        self.exporter.shutdown()
+        self.flush()
+        self.sender.close()

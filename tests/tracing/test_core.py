@@ -1,46 +1,34 @@
-"""``mlserve.core.tracing`` against the SDK's in-memory exporter, and the bounded span
-queue of ``mlserve.monitoring.span_queue``: a full queue drops and counts, an exporter
-that hangs never holds a request."""
+"""``mlserve.core.tracing`` (spans, W3C propagation, sampling), the OTLP bytes of
+``mlserve.monitoring.otlp`` decoded by ``opentelemetry-proto`` as a collector decodes
+them, and the bounded queue of ``mlserve.monitoring.span_queue``: a full queue drops
+and counts, a collector that hangs or fails never holds a request."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from mlserve.core import tracing
-
-pytest.importorskip("opentelemetry.sdk", reason="tracing needs the otel extra")
-
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
-    InMemorySpanExporter,
-)
-from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
-
-from mlserve.monitoring.span_queue import SPANS_DROPPED, BoundedSpanProcessor  # noqa: E402
-from tests.fixtures import Multiplier, serve  # noqa: E402
+from mlserve.monitoring.otlp import SpanEncoder
+from mlserve.monitoring.span_queue import SPANS_DROPPED, SpanQueue
+from tests.fixtures import Multiplier, serve
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT = "b7ad6b7169203331"
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.enable(provider.get_tracer("tests"))
-    yield exporter
+def spans() -> Iterator[list[tracing.Span]]:
+    collected: list[tracing.Span] = []
+    tracing.enable(collected.append)
+    yield collected
     tracing.disable()
-    provider.shutdown()
 
 
-def _named(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
-    return {span.name: span for span in exporter.get_finished_spans()}
+def _named(collected: list[tracing.Span]) -> dict[str, tracing.Span]:
+    return {span.name: span for span in collected}
 
 
 def test_off_starts_no_span_and_knows_no_trace() -> None:
@@ -53,7 +41,7 @@ def test_off_starts_no_span_and_knows_no_trace() -> None:
         assert headers == {}
 
 
-def test_server_span_continues_the_callers_traceparent(spans: InMemorySpanExporter) -> None:
+def test_server_span_continues_the_callers_traceparent(spans: list[tracing.Span]) -> None:
     headers = {"Traceparent": f"00-{TRACE}-{PARENT}-01", "tracestate": "vendor=1"}
     with tracing.server_span("POST /v2/models/{model}/infer", headers, {"mlserve.model": "m"}):
         assert tracing.trace_id() == TRACE
@@ -61,43 +49,58 @@ def test_server_span_continues_the_callers_traceparent(spans: InMemorySpanExport
             sent: dict[str, str] = {}
             tracing.inject(sent)
     server, child = _named(spans)["POST /v2/models/{model}/infer"], _named(spans)["predict"]
-    assert server.kind is SpanKind.SERVER
-    assert server.parent is not None and server.parent.is_remote
-    assert f"{server.parent.span_id:016x}" == PARENT
-    assert f"{server.context.trace_id:032x}" == TRACE
-    assert child.parent is not None and child.parent.span_id == server.context.span_id
+    assert server.kind == "server"
+    assert server.remote_parent and f"{server.parent_id:016x}" == PARENT
+    assert f"{server.trace_id:032x}" == TRACE
+    assert child.parent_id == server.span_id and not child.remote_parent
     assert child.attributes == {"mlserve.model": "m"}
     version, trace, span_id, flags = sent["traceparent"].split("-")
     assert (version, trace, flags) == ("00", TRACE, "01")
-    assert span_id == f"{child.context.span_id:016x}"
+    assert span_id == f"{child.span_id:016x}"
     assert sent["tracestate"] == "vendor=1"
 
 
-def test_server_span_without_traceparent_starts_a_trace(spans: InMemorySpanExporter) -> None:
+def test_server_span_without_traceparent_starts_a_trace(spans: list[tracing.Span]) -> None:
     with tracing.server_span("outer", None, {}):  # a server span never hangs under another
         with tracing.server_span("GET /", None, {}):
             inner = tracing.trace_id()
         outer = tracing.trace_id()
     named = _named(spans)
-    assert named["GET /"].parent is None
+    assert named["GET /"].parent_id == 0
     assert inner is not None and outer is not None and inner != outer
 
 
-def test_a_malformed_traceparent_starts_a_new_trace(spans: InMemorySpanExporter) -> None:
-    with tracing.server_span("GET /x", {"traceparent": "00-zz-nonsense"}, {}):
+@pytest.mark.parametrize(
+    "value",
+    [
+        "00-zz-nonsense",
+        f"00-{'0' * 32}-{PARENT}-01",  # an all-zero trace id
+        f"00-{TRACE}-{'0' * 16}-01",  # an all-zero parent
+        f"ff-{TRACE}-{PARENT}-01",  # the forbidden version
+        f"00-{TRACE}-{PARENT}-01-more",  # version 00 has exactly four fields
+        f"00-{TRACE.upper()}-{PARENT}-01",  # hex is lowercase
+    ],
+)
+def test_a_malformed_traceparent_starts_a_new_trace(spans: list[tracing.Span], value: str) -> None:
+    with tracing.server_span("GET /x", {"traceparent": value}, {}):
         assert tracing.trace_id() not in (None, TRACE)
-    assert _named(spans)["GET /x"].parent is None
+    assert _named(spans)["GET /x"].parent_id == 0
 
 
-def test_outside_any_span_no_ids_and_no_orphan_span(spans: InMemorySpanExporter) -> None:
+def test_a_later_version_with_more_fields_is_read() -> None:
+    found = tracing.parse_traceparent(f"01-{TRACE}-{PARENT}-00-extra")
+    assert found == (int(TRACE, 16), int(PARENT, 16), False)
+
+
+def test_outside_any_span_no_ids_and_no_orphan_span(spans: list[tracing.Span]) -> None:
     assert tracing.trace_id() is None
     assert tracing.span_id() is None
     with tracing.span("orphan") as orphan:
         assert orphan is None
-    assert spans.get_finished_spans() == ()
+    assert spans == []
 
 
-def test_links_kinds_and_status(spans: InMemorySpanExporter) -> None:
+def test_links_kinds_and_status(spans: list[tracing.Span]) -> None:
     linked = []
     for name in ("a", "b"):
         with tracing.server_span(name, None, {}):
@@ -109,23 +112,24 @@ def test_links_kinds_and_status(spans: InMemorySpanExporter) -> None:
             tracing.set_status(client, 404)
     named = _named(spans)
     batch_span = named["batch m"]
-    assert batch_span.kind is SpanKind.PRODUCER
-    assert [link.context.span_id for link in batch_span.links] == [c.span_id for c in linked]
-    assert batch_span.status.status_code is StatusCode.ERROR
-    assert named["client"].kind is SpanKind.CLIENT
-    assert named["client"].status.status_code is StatusCode.UNSET  # a 4xx is the caller's
+    assert batch_span.kind == "producer"
+    assert list(batch_span.links) == linked
+    assert batch_span.error is not None
+    assert named["client"].kind == "client"
+    assert named["client"].error is None  # a 4xx is the caller's
     assert named["client"].attributes == {"http.response.status_code": 404}
 
 
-def test_an_exception_marks_its_span_an_error(spans: InMemorySpanExporter) -> None:
+def test_an_exception_marks_its_span_an_error(spans: list[tracing.Span]) -> None:
     with pytest.raises(ValueError), tracing.server_span("GET /x", None, {}):
         raise ValueError("broken")
     failed = _named(spans)["GET /x"]
-    assert failed.status.status_code is StatusCode.ERROR
-    assert [event.name for event in failed.events] == ["exception"]
+    assert failed.error == "ValueError: broken"
+    assert [event[0] for event in failed.events] == ["exception"]
+    assert failed.events[0][2]["exception.type"] == "ValueError"
 
 
-def test_copy_context_carries_the_span_to_a_thread(spans: InMemorySpanExporter) -> None:
+def test_copy_context_carries_the_span_to_a_thread(spans: list[tracing.Span]) -> None:
     seen: list[str | None] = []
     with tracing.server_span("GET /x", None, {}):
         context = tracing.copy_context()
@@ -144,91 +148,157 @@ def test_copy_context_carries_the_span_to_a_thread(spans: InMemorySpanExporter) 
         bare.join()
     assert seen == [expected, None]
     named = _named(spans)
-    assert named["on a thread"].parent is not None
-    assert named["on a thread"].parent.span_id == named["GET /x"].context.span_id
+    assert named["on a thread"].parent_id == named["GET /x"].span_id
 
 
-class _Hanging:
-    """An exporter whose export waits until released: a collector that never answers."""
+def test_a_trace_not_sampled_records_nothing_but_goes_on() -> None:
+    collected: list[tracing.Span] = []
+    tracing.enable(collected.append, lambda trace_id: False)  # always_off, parent-based
+    try:
+        with tracing.server_span("GET /x", None, {}) as server:
+            assert not server.sampled and tracing.trace_id() is not None
+            assert not tracing.recording()
+            with tracing.span("predict") as child:
+                assert child is None  # nothing recorded that would not be sent
+                sent: dict[str, str] = {}
+                tracing.inject(sent)
+        assert sent["traceparent"].endswith("-00")  # the callee learns it is not sampled
+        assert sent["traceparent"].split("-")[1] == f"{server.trace_id:032x}"
+        caller = {"traceparent": f"00-{TRACE}-{PARENT}-01"}
+        with tracing.server_span("sampled by its caller", caller, {}):
+            assert tracing.recording()
+    finally:
+        tracing.disable()
+    assert [span.name for span in collected] == ["sampled by its caller"]
 
-    def __init__(self) -> None:
+
+def test_a_ratio_sampler_that_ignores_the_parent() -> None:
+    collected: list[tracing.Span] = []
+    tracing.enable(collected.append, lambda trace_id: False, follow_parent=False)
+    try:
+        with tracing.server_span("x", {"traceparent": f"00-{TRACE}-{PARENT}-01"}, {}):
+            pass
+    finally:
+        tracing.disable()
+    assert collected == []
+
+
+def _decoded(body: bytes) -> list[dict[str, object]]:
+    from tests.otlp_receiver import decode, trace_service_pb2
+
+    return decode(trace_service_pb2.ExportTraceServiceRequest.FromString(body))
+
+
+def test_the_otlp_bytes_decode_as_a_collector_reads_them(spans: list[tracing.Span]) -> None:
+    pytest.importorskip("opentelemetry.proto", reason="the tests decode with opentelemetry-proto")
+    attributes = {"s": "text", "i": -3, "f": 0.5, "b": True, "l": [1, 2], "u": "é"}
+    headers = {"traceparent": f"00-{TRACE}-{PARENT}-01", "tracestate": "k=v"}
+    with tracing.server_span("GET /x", headers, dict(attributes)) as server:
+        tracing.set_status(server, 500)
+        with tracing.span("batch", {"n": 1}, links=[(int(TRACE, 16), 5)], kind="producer"):
+            pass
+    with pytest.raises(KeyError), tracing.server_span("failed", None, {}):
+        raise KeyError("k")
+    encoder = SpanEncoder({"service.name": "svc", "process.pid": 7}, "mlserve", "1.0")
+    first = _decoded(encoder.encode(spans))
+    again = _decoded(encoder.encode(spans))  # from the kept encodings this time
+    assert first == again
+    named = {span["name"]: span for span in first}
+    server_span, batch, failed = named["GET /x"], named["batch"], named["failed"]
+    assert server_span["trace_id"] == TRACE and server_span["parent_span_id"] == PARENT
+    assert server_span["kind"] == "server"
+    assert server_span["attributes"] == {**attributes, "http.response.status_code": 500}
+    assert server_span["status"] == {"code": "error", "message": ""}
+    assert server_span["resource"] == {"service.name": "svc", "process.pid": 7}
+    assert server_span["start_ns"] == spans[1].start_ns and server_span["end_ns"] == spans[1].end_ns
+    assert batch["kind"] == "producer" and batch["parent_span_id"] == server_span["span_id"]
+    assert batch["links"] == [{"trace_id": TRACE, "span_id": f"{5:016x}"}]
+    assert failed["status"] == {"code": "error", "message": "KeyError: 'k'"}
+    assert failed["events"] == ["exception"] and failed["parent_span_id"] is None
+
+
+class _Sender:
+    """A collector that hangs until released, or refuses: what the queue sends to."""
+
+    def __init__(self, hang: bool = False, fail: bool = False) -> None:
+        self.hang, self.fail = hang, fail
         self.release = threading.Event()
         self.entered = threading.Event()
-        self.exported: list[Any] = []
+        self.sent: list[int] = []  # spans per export
 
-    def export(self, batch: list[Any]) -> SpanExportResult:
+    def send(self, body: bytes) -> None:
         self.entered.set()
-        self.release.wait(60)
-        self.exported.extend(batch)
-        return SpanExportResult.SUCCESS
+        if self.hang:
+            self.release.wait(60)
+        if self.fail:
+            raise ConnectionError("collector down")
+        self.sent.append(len(_decoded(body)))
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         self.release.set()
 
 
+def _encoder() -> SpanEncoder:
+    return SpanEncoder({"service.name": "tests"}, "mlserve", "0")
+
+
 def test_a_full_queue_drops_and_counts_and_never_blocks() -> None:
-    exporter = _Hanging()
-    processor = BoundedSpanProcessor(exporter, max_queue=4, batch=2, interval=0.05)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("tests")
+    pytest.importorskip("opentelemetry.proto", reason="the tests decode with opentelemetry-proto")
+    sender = _Sender(hang=True)
+    queue = SpanQueue(_encoder(), sender, max_queue=4, batch=2, interval=0.05)
+    tracing.enable(queue.put)
     before = SPANS_DROPPED._value.get()
     try:
-        with tracer.start_as_current_span("first"):
+        with tracing.server_span("first", None, {}):
             pass
-        assert exporter.entered.wait(30)  # the export thread now hangs on the first batch
+        assert sender.entered.wait(30)  # the export thread now hangs on the first batch
         for i in range(20):
-            with tracer.start_as_current_span(f"s{i}"):
+            with tracing.server_span(f"s{i}", None, {}):
                 pass
-        assert len(processor.queue) == 4
-        assert processor.dropped == 16
+        assert len(queue.queue) == 4
+        assert queue.dropped == 16
         assert SPANS_DROPPED._value.get() - before == 16
     finally:
-        exporter.release.set()
-        provider.shutdown()
-    assert len(exporter.exported) == 5  # the first, then the four the queue held
-    assert not processor.thread.is_alive()
+        tracing.disable()
+        sender.release.set()
+        queue.shutdown()
+    assert sum(sender.sent) == 5  # the first, then the four the queue held
+    assert not queue.thread.is_alive()
 
 
-def test_an_exporter_that_hangs_never_holds_a_request() -> None:
-    exporter = _Hanging()
-    provider = TracerProvider()
-    provider.add_span_processor(BoundedSpanProcessor(exporter, max_queue=8, batch=1))
-    tracing.enable(provider.get_tracer("tests"))
+def test_spans_of_a_failed_export_are_counted_as_dropped() -> None:
+    sender = _Sender(fail=True)
+    queue = SpanQueue(_encoder(), sender, interval=0.01)
+    tracing.enable(queue.put)
+    try:
+        for _ in range(3):
+            with tracing.server_span("s", None, {}):
+                pass
+        queue.flush()
+        with tracing.server_span("s", None, {}):
+            pass
+        queue.flush()
+        assert queue.dropped == 4
+        assert queue.thread.is_alive()  # the thread lives on after a failed export
+    finally:
+        tracing.disable()
+        queue.shutdown()
+
+
+def test_a_collector_that_hangs_never_holds_a_request() -> None:
+    sender = _Sender(hang=True)
+    queue = SpanQueue(_encoder(), sender, max_queue=8, batch=1)
+    tracing.enable(queue.put)
     try:
         server = serve({"m": (Multiplier, {"multiplier": 3})})
+        assert server.test("/v2/models/m/infer", {"inputs": [1]}, trace=True)["outputs"] == [3]
+        assert sender.entered.wait(30)  # the export thread now hangs on that request's spans
         for i in range(40):  # far more spans than the queue holds
             body = {"id": f"r{i}", "inputs": [i]}
             answer = server.test("/v2/models/m/infer", body, trace=True)
             assert answer["outputs"] == [3 * i]
-        assert exporter.entered.is_set()
+        assert queue.dropped > 0
     finally:
         tracing.disable()
-        exporter.release.set()
-        provider.shutdown()
-
-
-def test_a_failing_exporter_is_survived() -> None:
-    class Failing:
-        calls = 0
-
-        def export(self, batch: list[Any]) -> SpanExportResult:
-            Failing.calls += 1
-            if Failing.calls == 1:
-                raise ConnectionError("collector down")
-            return SpanExportResult.FAILURE
-
-        def shutdown(self) -> None:
-            pass
-
-    processor = BoundedSpanProcessor(Failing(), interval=0.01)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("tests")
-    for _ in range(2):
-        with tracer.start_as_current_span("s"):
-            pass
-        processor.force_flush()
-    assert Failing.calls >= 2
-    assert processor.thread.is_alive()  # the thread lives on after an exporter raised
-    provider.shutdown()
+        sender.release.set()
+        queue.shutdown()

@@ -46,6 +46,23 @@ result = client.infer("hooks", [tensor], headers={"traceparent": sys.argv[2]})
 print(result.get_response().model_name)
 """
 
+TRITON_STREAM = """
+import queue, sys
+import numpy as np
+import tritonclient.grpc as grpcclient
+client = grpcclient.InferenceServerClient(sys.argv[1])
+answers = queue.Queue()
+client.start_stream(
+    lambda result, error: answers.put((result, error)), headers={"traceparent": sys.argv[2]}
+)
+tensor = grpcclient.InferInput("x", [1, 2], "FP32")
+tensor.set_data_from_numpy(np.array([[1, 2]], dtype=np.float32))
+client.async_stream_infer("hooks", [tensor], request_id="s1")
+result, error = answers.get(timeout=30)
+client.stop_stream()
+print(error or result.get_response().id)
+"""
+
 
 def traced(receiver: HttpReceiver | GrpcReceiver, *args: str, **env: str) -> ServerProcess:
     return start_server(
@@ -138,6 +155,38 @@ def test_an_incoming_traceparent_is_continued_over_grpc(
     assert root["attributes"]["rpc.method"] == "ModelInfer"
     assert root["attributes"]["mlserve.model"] == "hooks"
     assert root in ancestors(spans, named(spans, "predict"))
+
+
+def test_a_grpc_stream_is_one_span_and_its_access_line_names_the_trace(
+    server: ServerProcess, receiver: HttpReceiver
+) -> None:
+    trace, parent, header = traceparent()
+    done = subprocess.run(  # tritonclient in a process of its own (see TRITON_CALL)
+        [sys.executable, "-c", TRITON_STREAM, server.grpc_address, header],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "s1", done.stderr
+    stream = "inference.GRPCInferenceService/ModelStreamInfer"
+    spans = receiver.wait_trace({stream, "predict"}, lambda s: s["trace_id"] == trace)
+    root = named(spans, stream)
+    assert root["kind"] == "server" and root["parent_span_id"] == parent
+    assert root in ancestors(spans, named(spans, "predict"))
+
+    def access_line() -> dict[str, Any] | None:
+        for line in server.log.read_text().splitlines():  # type: ignore[attr-defined]
+            record = json.loads(line)
+            if record.get("path") == f"/{stream}" and record.get("trace_id") == trace:
+                return record
+        return None
+
+    deadline = time.monotonic() + 10  # the line is written as the stream ends
+    while (record := access_line()) is None:
+        assert time.monotonic() < deadline, server.log.read_text()[-2000:]  # type: ignore[attr-defined]
+        time.sleep(0.05)
+    assert record["status"] == 0 and re.fullmatch(r"[0-9a-f]{32}", record["request_id"])
 
 
 def test_a_batch_span_links_the_requests_it_merged(
