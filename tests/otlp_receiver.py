@@ -188,11 +188,13 @@ class HttpReceiver(Store):
         super().__init__()
         store = self
         self.count = 0
+        self.headers: list[dict[str, str]] = []  # each export's request headers
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # kept alive, as a collector does
 
             def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+                store.headers.append({k.lower(): v for k, v in self.headers.items()})
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)

@@ -104,6 +104,8 @@ def _sender(endpoint: str | None, protocol: str) -> Any:
         url = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
         if not url.rstrip("/").endswith("/v1/traces"):
             url = url.rstrip("/") + "/v1/traces"  # a base URL, as the standard variable
+    if "://" not in url:
+        url = f"http://{url}"  # host:port alone
     return HttpSender(url, headers, seconds, compression, certificate)
 
 

@@ -32,6 +32,10 @@ _OTEL_ENV = (
     "OTEL_TRACES_SAMPLER_ARG",
     "OTEL_SDK_DISABLED",
     "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
 )
 
 
@@ -78,6 +82,29 @@ def test_spans_reach_an_http_collector_with_the_standard_resource(
     resource = spans[0]["resource"]
     assert resource["service.name"] == "my-function"
     assert resource["deployment.environment"] == "test"
+
+
+def test_headers_compression_and_the_queue_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    receiver = HttpReceiver()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s%20cret, tenant = t1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "3")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "10")  # more than the queue: 3
+    try:
+        assert otel.setup_tracing(f"127.0.0.1:{receiver.port}", None, None)  # no scheme: http
+        for _ in range(5):  # two more than the queue holds, before any export
+            with tracing.server_span("GET /x", None, {}):
+                pass
+        otel.shutdown_tracing()
+        spans = receiver.wait_spans(3)
+    finally:
+        receiver.stop()
+    assert len(spans) == 3
+    sent = receiver.headers[0]
+    assert sent["api-key"] == "s cret" and sent["tenant"] == "t1"
+    assert sent["content-encoding"] == "gzip"
 
 
 def test_service_name_from_the_resource_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
