@@ -27,6 +27,10 @@ __all__ = ["GrpcSender", "HttpSender", "SpanEncoder"]
 _KINDS = {"internal": b"\x30\x01", "server": b"\x30\x02", "client": b"\x30\x03"}
 _KINDS |= {"producer": b"\x30\x04", "consumer": b"\x30\x05"}
 _TIMES = struct.Struct("<BQBQ")  # fields 7 and 8: fixed64 start and end
+# fields 1, 2 (and 4): the trace id's two halves, the span's id (and its parent's), big-endian
+_ROOT_IDS = struct.Struct(">2sQQ2sQ")
+_CHILD_IDS = struct.Struct(">2sQQ2sQ2sQ")
+_LOW = (1 << 64) - 1
 _DOUBLE = struct.Struct("<d")
 _BYTES = [bytes((number,)) for number in range(0x80)]
 _VALUES_KEPT = 64  # an attribute's encodings kept per key: more values, and none are
@@ -85,8 +89,8 @@ class SpanEncoder:
         self.scope_field = _field(b"\x0a", scope_bytes)  # ScopeSpans.scope
         # per key: its KeyValue.key field, and the encodings of the values seen (None
         # once there were too many: a request id, a path with ids in it)
-        self.keys: dict[str, tuple[bytes, dict[tuple[Any, type], bytes] | None]] = {}
-        self.heads: dict[tuple[str, str], bytes] = {}  # (name, kind): fields 5 and 6
+        self.keys: dict[str, tuple[bytes, dict[Any, bytes] | None]] = {}
+        self.heads: dict[str, tuple[str, bytes]] = {}  # name: (kind, fields 5 and 6)
 
     def encode(self, spans: Iterable[Span]) -> bytes:
         return self.request(list(map(self.span, spans)))
@@ -103,41 +107,51 @@ class SpanEncoder:
         if entry is None:
             entry = self.keys[key] = (_field(b"\x0a", key.encode()), {})
         kept = entry[1]
-        if kept is not None and not isinstance(value, list):
-            found = kept.get((value, type(value)))
-            if found is not None:
-                return found
-        encoded = _field(b"\x4a", entry[0] + _field(b"\x12", _any_value(value)))
-        if kept is not None and not isinstance(value, list):
+        if kept is None or isinstance(value, list):
+            return _field(b"\x4a", entry[0] + _field(b"\x12", _any_value(value)))
+        known = value if type(value) is str else (value, type(value))  # True apart from 1
+        found = kept.get(known)
+        if found is None:
+            found = _field(b"\x4a", entry[0] + _field(b"\x12", _any_value(value)))
             if len(kept) < _VALUES_KEPT:
-                kept[(value, type(value))] = encoded
+                kept[known] = found
             else:
                 self.keys[key] = (entry[0], None)
-        return encoded
+        return found
+
+    def _head(self, span: Span) -> tuple[str, bytes]:
+        """A span name's and kind's fields (5 and 6), kept: span names are few."""
+        head = (span.kind, _field(b"\x2a", span.name.encode()) + _KINDS[span.kind])
+        if len(self.heads) < 4096:
+            self.heads[span.name] = head
+        return head
 
     def span(self, span: Span) -> bytes:
-        """One span's bytes, as a field of ``ScopeSpans``."""
-        head = self.heads.get((span.name, span.kind))
-        if head is None:
-            head = _field(b"\x2a", span.name.encode()) + _KINDS[span.kind]
-            if len(self.heads) < 4096:  # span names are few (a route's, a step's)
-                self.heads[(span.name, span.kind)] = head
-        parts = [
-            b"\x0a\x10",
-            span.trace_id.to_bytes(16, "big"),
-            b"\x12\x08",
-            span.span_id.to_bytes(8, "big"),
-        ]
+        """One span's bytes, as a field of ``ScopeSpans`` (fields in any order, as
+        protobuf allows: the fixed ones first, in one ``struct`` call each)."""
+        head = self.heads.get(span.name)
+        if head is None or head[0] != span.kind:
+            head = self._head(span)
+        trace_id = span.trace_id
+        if span.parent_id:
+            ids = _CHILD_IDS.pack(
+                b"\x0a\x10", trace_id >> 64, trace_id & _LOW, b"\x12\x08", span.span_id,
+                b"\x22\x08", span.parent_id,
+            )  # fmt: skip
+        else:
+            ids = _ROOT_IDS.pack(
+                b"\x0a\x10", trace_id >> 64, trace_id & _LOW, b"\x12\x08", span.span_id
+            )
+        parts = [ids, head[1], _TIMES.pack(0x39, span.start_ns, 0x41, span.end_ns)]
+        attributes = span.attributes
+        parts.extend(map(self._attribute, attributes.keys(), attributes.values()))
         if span.trace_state:
             parts.append(_field(b"\x1a", span.trace_state.encode()))
-        if span.parent_id:
-            parts += (b"\x22\x08", span.parent_id.to_bytes(8, "big"))
-        parts += (head, _TIMES.pack(0x39, span.start_ns, 0x41, span.end_ns))
-        attribute = self._attribute
-        parts += [attribute(key, value) for key, value in span.attributes.items()]
-        for event_name, at, attributes in span.events:
+        for event_name, at, event_attributes in span.events:
             event = b"\x09" + struct.pack("<Q", at) + _field(b"\x12", event_name.encode())
-            event += b"".join(_field(b"\x1a", _key_value(k, v)) for k, v in attributes.items())
+            event += b"".join(
+                _field(b"\x1a", _key_value(k, v)) for k, v in event_attributes.items()
+            )
             parts.append(_field(b"\x5a", event))
         for linked_trace, linked_span in span.links:
             link = b"\x0a\x10" + linked_trace.to_bytes(16, "big")

@@ -302,3 +302,18 @@ def test_a_collector_that_hangs_never_holds_a_request() -> None:
         tracing.disable()
         sender.release.set()
         queue.shutdown()
+
+
+def test_a_key_of_many_values_is_encoded_right_past_the_kept_ones(
+    spans: list[tracing.Span],
+) -> None:
+    pytest.importorskip("opentelemetry.proto", reason="the tests decode with opentelemetry-proto")
+    for i in range(100):  # a request id: a value per span, more than a key keeps
+        with tracing.server_span("GET /x", None, {"mlserve.request.id": f"r{i}", "n": i % 2}):
+            pass
+    encoder = _encoder()
+    for _ in range(2):  # the second time: from what was kept, and what was not
+        decoded = _decoded(encoder.encode(spans))
+        assert [span["attributes"] for span in decoded] == [
+            {"mlserve.request.id": f"r{i}", "n": i % 2} for i in range(100)
+        ]
