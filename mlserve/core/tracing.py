@@ -30,6 +30,7 @@ __all__ = [
     "enable",
     "inject",
     "on",
+    "otel_context",
     "parse_traceparent",
     "recording",
     "server_span",
@@ -299,6 +300,21 @@ def span_context() -> tuple[int, int] | None:
     if opened is None or not opened.sampled:
         return None
     return opened.trace_id, opened.span_id
+
+
+def otel_context() -> Any:
+    """The current span as an OpenTelemetry ``Context``, so that spans a model makes with
+    OpenTelemetry's own API are its children:
+    ``tracer.start_as_current_span(name, context=tracing.otel_context())``. None outside
+    a span (OpenTelemetry's ``context=None``: its own current context)."""
+    opened = _current.get() if on else None
+    if opened is None:
+        return None
+    from opentelemetry import trace  # tracing is on: the otel extra is installed
+
+    flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if opened.sampled else 0)
+    context = trace.SpanContext(opened.trace_id, opened.span_id, is_remote=False, trace_flags=flags)
+    return trace.set_span_in_context(trace.NonRecordingSpan(context))
 
 
 def copy_context() -> contextvars.Context:

@@ -317,3 +317,25 @@ def test_a_key_of_many_values_is_encoded_right_past_the_kept_ones(
         assert [span["attributes"] for span in decoded] == [
             {"mlserve.request.id": f"r{i}", "n": i % 2} for i in range(100)
         ]
+
+
+def test_spans_of_opentelemetrys_own_api_join_the_trace(spans: list[tracing.Span]) -> None:
+    """A model that traces with OpenTelemetry's API (its own provider, here the SDK's
+    in-memory exporter) parents its spans on mlserve's through ``otel_context``."""
+    pytest.importorskip("opentelemetry.sdk", reason="tracing needs the otel extra")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("a model's own")
+    assert tracing.otel_context() is None  # outside a span: OpenTelemetry's own context
+    with tracing.server_span("POST /x", None, {}), tracing.span("predict") as predict:
+        with tracer.start_as_current_span("my lookup", context=tracing.otel_context()):
+            pass
+    (mine,) = exporter.get_finished_spans()
+    assert mine.context.trace_id == predict.trace_id
+    assert mine.parent is not None and mine.parent.span_id == predict.span_id
+    provider.shutdown()
