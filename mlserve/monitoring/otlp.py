@@ -250,12 +250,20 @@ class GrpcSender:
         self.metadata = tuple((key.lower(), value) for key, value in headers.items())
         self.timeout = timeout
         self.compression = grpc.Compression.Gzip if compression == "gzip" else None
+        self.rpc_error = grpc.RpcError
 
     def send(self, body: bytes) -> None:
-        """Send one export; raises ``grpc.RpcError`` when the collector is down or refuses."""
-        self.export(
-            body, timeout=self.timeout, metadata=self.metadata, compression=self.compression
-        )
+        """Send one export; raises ``ConnectionError`` when the collector is down or refuses,
+        saying its gRPC status (a ``grpc.RpcError``'s own text is a multi-line dump whose
+        first line, all the drop warning shows, names nothing)."""
+        try:
+            self.export(
+                body, timeout=self.timeout, metadata=self.metadata, compression=self.compression
+            )
+        except self.rpc_error as error:
+            code, details = getattr(error, "code", None), getattr(error, "details", None)
+            said = f"{code().name}: {details()}" if code and details else type(error).__name__
+            raise ConnectionError(f"gRPC {said}") from error
 
     def close(self) -> None:
         self.channel.close()

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from mlserve.core import tracing
-from mlserve.monitoring.otlp import SpanEncoder
+from mlserve.monitoring.otlp import GrpcSender, SpanEncoder
 from mlserve.monitoring.span_queue import SPANS_DROPPED, SpanQueue
 from tests.fixtures import Multiplier, serve
+from tests.services import free_port
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT = "b7ad6b7169203331"
@@ -283,6 +284,27 @@ def test_spans_of_a_failed_export_are_counted_as_dropped() -> None:
     finally:
         tracing.disable()
         queue.shutdown()
+
+
+def test_a_failed_grpc_export_says_its_status_in_the_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The warning shows the error's first line; a ``grpc.RpcError``'s says nothing."""
+    pytest.importorskip("grpc", reason="OTLP/gRPC needs grpcio")
+    nowhere = GrpcSender(f"127.0.0.1:{free_port()}", False, {}, 5.0, None, None)
+    queue = SpanQueue(_encoder(), nowhere, interval=60)
+    tracing.enable(queue.put)
+    try:
+        with tracing.server_span("s", None, {}):
+            pass
+        with caplog.at_level("WARNING", logger="mlserve.tracing"):
+            queue.flush()
+    finally:
+        tracing.disable()
+        queue.shutdown()
+    assert queue.dropped == 1
+    [warning] = [r.getMessage() for r in caplog.records if "could not export" in r.getMessage()]
+    assert "(gRPC UNAVAILABLE: " in warning, warning
 
 
 def test_a_collector_that_hangs_never_holds_a_request() -> None:
