@@ -183,10 +183,11 @@ def parse_traceparent(value: str | bytes | None) -> tuple[int, int, bool] | None
     return trace_id, parent_id, bool(int(flags, 16) & 1)
 
 
-def _header(headers: Mapping[str, Any], key: str) -> Any:
-    """``headers[key]`` whatever its case (HTTP, gRPC metadata, Kafka headers)."""
+def _header(headers: Mapping[str, Any], key: str, lowercase: bool) -> Any:
+    """``headers[key]`` whatever its case (HTTP, gRPC metadata, Kafka headers);
+    ``lowercase``: the names are, no need to look further."""
     value = headers.get(key)
-    if value is None:
+    if value is None and not lowercase:
         for name, item in headers.items():
             if name.lower() == key:
                 return item
@@ -206,17 +207,15 @@ def server_span(
     further than ``headers["traceparent"]``. Off: a context that yields None."""
     if not on:
         return nullcontext()
-    found = None
-    if headers:
-        parent = headers.get("traceparent") if lowercase else _header(headers, "traceparent")
-        found = parse_traceparent(parent) if parent is not None else None
-    if found is None or not headers:
+    headers = headers or {}
+    found = parse_traceparent(_header(headers, "traceparent", lowercase))
+    if found is None:
         trace_id = getrandbits(128) or 1
         return Span(name, kind, attributes, trace_id, 0, _sample_root(trace_id), "")
     trace_id, parent_id, sampled = found
     if not _follow_parent:
         sampled = _sample_root(trace_id)
-    state = _header(headers, "tracestate")
+    state = _header(headers, "tracestate", lowercase)
     if isinstance(state, bytes):
         state = state.decode("latin-1")
     opened = Span(name, kind, attributes, trace_id, parent_id, sampled, state or "")
@@ -250,7 +249,7 @@ def current() -> Span | None:
 def recording() -> bool:
     """Whether a span started here would be recorded: tracing is on, and the current
     span's trace is sampled (call sites skip building a span's attributes otherwise)."""
-    opened = _current.get() if on else None
+    opened = current()
     return opened is not None and opened.sampled
 
 
@@ -274,7 +273,7 @@ def set_error(opened: Any, description: str = "", exc: BaseException | None = No
 
 def inject(headers: dict[str, str]) -> None:
     """Write the current span's ``traceparent`` (and ``tracestate``) into ``headers``."""
-    opened = _current.get() if on else None
+    opened = current()
     if opened is None:
         return
     headers["traceparent"] = opened.traceparent()
@@ -284,19 +283,19 @@ def inject(headers: dict[str, str]) -> None:
 
 def trace_id() -> str | None:
     """The current trace id as 32 hex digits, or None outside a span."""
-    opened = _current.get() if on else None
+    opened = current()
     return None if opened is None else f"{opened.trace_id:032x}"
 
 
 def span_id() -> str | None:
     """The current span id as 16 hex digits, or None outside a span."""
-    opened = _current.get() if on else None
+    opened = current()
     return None if opened is None else f"{opened.span_id:016x}"
 
 
 def span_context() -> tuple[int, int] | None:
     """``(trace_id, span_id)`` of the current span, to link a batch's span to a request."""
-    opened = _current.get() if on else None
+    opened = current()
     if opened is None or not opened.sampled:
         return None
     return opened.trace_id, opened.span_id
@@ -307,7 +306,7 @@ def otel_context() -> Any:
     OpenTelemetry's own API are its children:
     ``tracer.start_as_current_span(name, context=tracing.otel_context())``. None outside
     a span (OpenTelemetry's ``context=None``: its own current context)."""
-    opened = _current.get() if on else None
+    opened = current()
     if opened is None:
         return None
     from opentelemetry import trace  # tracing is on: the otel extra is installed

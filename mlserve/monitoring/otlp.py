@@ -16,9 +16,12 @@ import gzip
 import http.client
 import ssl
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+import grpc
 
 from mlserve.core.tracing import Span
 
@@ -91,9 +94,6 @@ class SpanEncoder:
         # once there were too many: a request id, a path with ids in it)
         self.keys: dict[str, tuple[bytes, dict[Any, bytes] | None]] = {}
         self.heads: dict[str, tuple[str, bytes]] = {}  # name: (kind, fields 5 and 6)
-
-    def encode(self, spans: Iterable[Span]) -> bytes:
-        return self.request(list(map(self.span, spans)))
 
     def request(self, encoded: list[bytes]) -> bytes:
         """The export of spans already encoded by :meth:`span`."""
@@ -238,10 +238,8 @@ class GrpcSender:
         compression: str | None,
         certificate: str | None,
     ) -> None:
-        import grpc
-
         if secure:
-            roots = open(certificate, "rb").read() if certificate else None
+            roots = Path(certificate).read_bytes() if certificate else None
             credentials = grpc.ssl_channel_credentials(root_certificates=roots)
             self.channel = grpc.secure_channel(target, credentials)
         else:
@@ -250,7 +248,6 @@ class GrpcSender:
         self.metadata = tuple((key.lower(), value) for key, value in headers.items())
         self.timeout = timeout
         self.compression = grpc.Compression.Gzip if compression == "gzip" else None
-        self.rpc_error = grpc.RpcError
 
     def send(self, body: bytes) -> None:
         """Send one export; raises ``ConnectionError`` when the collector is down or refuses,
@@ -260,7 +257,7 @@ class GrpcSender:
             self.export(
                 body, timeout=self.timeout, metadata=self.metadata, compression=self.compression
             )
-        except self.rpc_error as error:
+        except grpc.RpcError as error:
             code, details = getattr(error, "code", None), getattr(error, "details", None)
             said = f"{code().name}: {details()}" if code and details else type(error).__name__
             raise ConnectionError(f"gRPC {said}") from error

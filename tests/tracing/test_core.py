@@ -184,6 +184,11 @@ def test_a_ratio_sampler_that_ignores_the_parent() -> None:
     assert collected == []
 
 
+def _exported(encoder: SpanEncoder, spans: list[tracing.Span]) -> bytes:
+    """The bytes of one export of ``spans``, each encoded as the span queue does."""
+    return encoder.request([encoder.span(span) for span in spans])
+
+
 def _decoded(body: bytes) -> list[dict[str, object]]:
     from tests.otlp_receiver import decode, trace_service_pb2
 
@@ -201,8 +206,8 @@ def test_the_otlp_bytes_decode_as_a_collector_reads_them(spans: list[tracing.Spa
     with pytest.raises(KeyError), tracing.server_span("failed", None, {}):
         raise KeyError("k")
     encoder = SpanEncoder({"service.name": "svc", "process.pid": 7}, "mlserve", "1.0")
-    first = _decoded(encoder.encode(spans))
-    again = _decoded(encoder.encode(spans))  # from the kept encodings this time
+    first = _decoded(_exported(encoder, spans))
+    again = _decoded(_exported(encoder, spans))  # from the kept encodings this time
     assert first == again
     named = {span["name"]: span for span in first}
     server_span, batch, failed = named["GET /x"], named["batch"], named["failed"]
@@ -335,7 +340,7 @@ def test_a_key_of_many_values_is_encoded_right_past_the_kept_ones(
             pass
     encoder = _encoder()
     for _ in range(2):  # the second time: from what was kept, and what was not
-        decoded = _decoded(encoder.encode(spans))
+        decoded = _decoded(_exported(encoder, spans))
         assert [span["attributes"] for span in decoded] == [
             {"mlserve.request.id": f"r{i}", "n": i % 2} for i in range(100)
         ]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -103,6 +103,20 @@ def server(receiver: HttpReceiver, tmp_path_factory: pytest.TempPathFactory) -> 
     process.stop()
 
 
+def logged(server: ServerProcess, wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The first line of the server's JSON log that is ``wanted``, once written (a line is
+    written as its answer goes out); every line read is one JSON object with the fields."""
+    deadline = time.monotonic() + 10
+    while True:
+        for line in server.log.read_text().splitlines():  # type: ignore[attr-defined]
+            record = json.loads(line)
+            assert {"time", "level", "logger", "message"} <= record.keys(), record
+            if wanted(record):
+                return record
+        assert time.monotonic() < deadline, server.log.read_text()[-2000:]  # type: ignore[attr-defined]
+        time.sleep(0.05)
+
+
 def infer(server: ServerProcess, model: str, body: dict[str, Any], **headers: str) -> Any:
     answer = httpx.post(f"{server.url}/v2/models/{model}/infer", json=body, headers=headers)
     assert answer.status_code == 200, answer.text
@@ -175,17 +189,7 @@ def test_a_grpc_stream_is_one_span_and_its_access_line_names_the_trace(
     assert root["kind"] == "server" and root["parent_span_id"] == parent
     assert root in ancestors(spans, named(spans, "predict"))
 
-    def access_line() -> dict[str, Any] | None:
-        for line in server.log.read_text().splitlines():  # type: ignore[attr-defined]
-            record = json.loads(line)
-            if record.get("path") == f"/{stream}" and record.get("trace_id") == trace:
-                return record
-        return None
-
-    deadline = time.monotonic() + 10  # the line is written as the stream ends
-    while (record := access_line()) is None:
-        assert time.monotonic() < deadline, server.log.read_text()[-2000:]  # type: ignore[attr-defined]
-        time.sleep(0.05)
+    record = logged(server, lambda r: r.get("path") == f"/{stream}" and r.get("trace_id") == trace)
     assert record["status"] == 0 and re.fullmatch(r"[0-9a-f]{32}", record["request_id"])
 
 
@@ -237,18 +241,7 @@ def test_json_logs_and_the_access_log_carry_the_request_and_trace_ids(
     assert re.fullmatch(r"[0-9a-f]{32}", generated)
     receiver.wait_trace({INFER}, lambda span: span["trace_id"] == trace)
 
-    def access_line() -> dict[str, Any] | None:
-        for line in server.log.read_text().splitlines():  # type: ignore[attr-defined]
-            record = json.loads(line)  # every line is one JSON object
-            assert {"time", "level", "logger", "message"} <= record.keys(), record
-            if record.get("request_id") == request_id and "status" in record:
-                return record
-        return None
-
-    deadline = time.monotonic() + 10  # the log is written as the answer goes out
-    while (record := access_line()) is None:
-        assert time.monotonic() < deadline, server.log.read_text()[-2000:]  # type: ignore[attr-defined]
-        time.sleep(0.05)
+    record = logged(server, lambda r: r.get("request_id") == request_id and "status" in r)
     assert record["trace_id"] == trace
     assert record["status"] == 200 and record["method"] == "POST"
     assert record["path"] == "/v2/models/hooks/infer" and record["model"] == "hooks"

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 import uvloop
 
@@ -33,26 +32,9 @@ from mlserve.monitoring.streams import open_stream
 from mlserve.monitoring.windows import MAX_TRACE_IDS, PartitionWindows
 from tests.netserver import ROOT
 from tests.services import ProcessService, free_port
+from tests.tracing.fn import Batched, Hooks
 
 INFER = "POST /v2/models/{model}/infer"
-
-
-class Hooks(mlserve.V2ModelServer):
-    def preprocess(self, request: Any, operation: str = "infer") -> Any:
-        return request
-
-    def predict(self, request: dict[str, Any]) -> Any:
-        return [2 * x for x in request["inputs"]]
-
-    def postprocess(self, response: dict[str, Any]) -> dict[str, Any]:
-        return response
-
-
-class Batched(mlserve.V2ModelServer):
-    max_batch_size = 8
-
-    def predict(self, request: dict[str, Any]) -> Any:
-        return {"y": np.asarray(request["inputs"]) * 2}
 
 
 class Counter(mlserve.V2ModelServer):
